@@ -1,0 +1,14 @@
+"""seqattn: one self-attention core for text, speech, images and graphs.
+
+The path of a batch::
+
+    raw example --adapter--> Tokens(x [B, L, D], mask [B, L])
+                --Encoder--> [B, L, D] --head--> logits --objective--> loss, metrics
+
+Import the pieces you need::
+
+    from seqattn.core import MultiHeadAttention, Encoder, scaled_dot_product_attention
+    from seqattn.adapters.audio import AudioAdapter
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,185 @@
+"""The encoder stack: ``Tokens -> [B, L, D]``, modality-agnostic.
+
+Letters: b batch, l length, d model width, h heads.
+
+Layer (pre-norm, ``norm_first=True``)::
+
+    x = x + Dropout(MHA(LN(x)))
+    x = x + Dropout(FFN(LN(x)))
+
+Post-norm (``norm_first=False``) is the original Transformer ordering.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqattn.core.attention import MultiHeadAttention
+from seqattn.core.masks import local_window_mask
+from seqattn.core.positional import build_positional
+from seqattn.core.tokens import Tokens
+
+ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
+
+
+class FeedForward(nn.Sequential):
+    """``[B, L, D] -> [B, L, D]``: Linear(D, mult·D), activation, dropout, Linear(mult·D, D)."""
+
+    def __init__(self, dim: int, mult: float = 4, dropout: float = 0.0, activation: str = "gelu") -> None:
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; expected one of {tuple(ACTIVATIONS)}")
+        hidden = int(dim * mult)
+        super().__init__(nn.Linear(dim, hidden), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(hidden, dim))
+
+
+class EncoderLayer(nn.Module):
+    """One self-attention + feed-forward block. ``forward(x [B, L, D]) -> [B, L, D]``."""
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        ff_mult: float = 4,
+        dropout: float = 0.1,
+        attn_dropout: float = 0.0,
+        norm_first: bool = True,
+        kernel: str = "sdpa",
+        activation: str = "gelu",
+        dim_k: int | None = None,
+        dim_v: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel)
+        self.ff = FeedForward(dim, ff_mult, dropout, activation)
+        self.norm1 = nn.LayerNorm(dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.drop1 = nn.Dropout(dropout)
+        self.drop2 = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None, attn_mask=None, need_weights=False, **attn_kwargs):
+        """``x [B, L, D]``, masks as in ``MultiHeadAttention`` -> ``[B, L, D]`` (and weights)."""
+        h = self.norm1(x) if self.norm_first else x
+        attn = self.attn(h, mask, attn_mask, need_weights, **attn_kwargs)
+        attn, weights = attn if need_weights else (attn, None)
+        x = x + self.drop1(attn)
+        if not self.norm_first:
+            x = self.norm1(x)
+        h = self.norm2(x) if self.norm_first else x
+        x = x + self.drop2(self.ff(h))
+        if not self.norm_first:
+            x = self.norm2(x)
+        return (x, weights) if need_weights else x
+
+
+class Encoder(nn.Module):
+    """A stack of ``depth`` self-attention layers with a positional encoding.
+
+    Args:
+        dim: model width D.
+        depth: number of layers.
+        heads: attention heads per layer.
+        ff_mult: feed-forward hidden width as a multiple of D.
+        dropout: dropout on residual branches and inside the FFN.
+        norm_first: pre-norm (default) or post-norm layers.
+        kernel: ``sdpa`` (default) | ``math`` | ``linear`` | ``edge``.
+        positional: ``none`` | ``learned`` | ``sinusoidal`` | ``rotary``.
+        max_len: maximum length for ``positional='learned'`` (required there).
+        window: if set, local attention: each token sees only tokens within ±window.
+        attn_dropout: dropout on attention weights.
+        dim_k, dim_v: total q/k and value widths (default D).
+        activation: FFN activation, ``gelu`` | ``relu`` | ``silu``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        depth: int,
+        heads: int,
+        ff_mult: float = 4,
+        dropout: float = 0.1,
+        norm_first: bool = True,
+        kernel: str = "sdpa",
+        positional: str = "sinusoidal",
+        max_len: int | None = None,
+        window: int | None = None,
+        attn_dropout: float = 0.0,
+        dim_k: int | None = None,
+        dim_v: int | None = None,
+        activation: str = "gelu",
+    ) -> None:
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        if window is not None and window < 0:
+            raise ValueError(f"window must be >= 0 or None, got {window}")
+        if window is not None and kernel in ("linear", "edge"):
+            raise ValueError(f"window attention needs a dense kernel (sdpa or math), got kernel={kernel!r}")
+        self.dim, self.window, self.kernel = dim, window, kernel
+        head_dim = (dim if dim_k is None else dim_k) // heads
+        self.positional_name = positional
+        self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
+        self.layers = nn.ModuleList(
+            EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v)
+            for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor | Tokens,
+        mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        edge_index: torch.Tensor | None = None,
+        return_attention: bool | list[int] = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Encode.
+
+        Args:
+            x: ``[B, L, D]`` or a :class:`Tokens` (then its mask/attn_mask/edge_index are used).
+            mask: ``[B, L]`` bool, True = real token.
+            attn_mask: structure ``[L, L]`` / ``[B, L, L]`` / ``[B, H, L, L]`` bool or float bias.
+            edge_index: ``[2, E]`` for ``kernel='edge'``.
+            return_attention: ``True`` for every layer's weights, or a list of layer indices.
+
+        Returns:
+            ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B, H, L, L], ...])``.
+        """
+        if isinstance(x, Tokens):
+            tokens = x
+            x = tokens.x
+            mask = tokens.mask if mask is None else mask
+            attn_mask = tokens.attn_mask if attn_mask is None else attn_mask
+            edge_index = tokens.edge_index if edge_index is None else edge_index
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"encoder input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
+        length = x.shape[1]
+        if self.window is not None:
+            band = local_window_mask(length, self.window, x.device)  # [L, L]
+            if attn_mask is None:
+                attn_mask = band
+            elif attn_mask.dtype == torch.bool:
+                attn_mask = attn_mask & band
+            else:
+                attn_mask = attn_mask.masked_fill(~band, float("-inf"))
+        if self.positional is not None:
+            x = self.positional(x)  # [B, L, D]
+        if return_attention is True:
+            wanted = set(range(len(self.layers)))
+        elif return_attention:
+            wanted = {i % len(self.layers) for i in return_attention}
+        else:
+            wanted = set()
+        weights = []
+        for i, layer in enumerate(self.layers):
+            out = layer(x, mask, attn_mask, i in wanted, edge_index=edge_index, rotary=self.rotary)
+            if i in wanted:
+                x, w = out
+                weights.append(w)
+            else:
+                x = out
+        x = self.norm(x)
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)  # [B, L, D], padding -> 0
+        return (x, weights) if return_attention else x

@@ -1,0 +1,250 @@
+"""Attention kernels behind one function.
+
+Letters: b batch, h heads, l query length, s key length, d head width (q/k),
+e head width of v, n flattened positions (b * l), E edges.
+
+Kernels (all take ``q [B, H, L, D]``, ``k [B, H, S, D]``, ``v [B, H, S, E]``):
+
+- ``math``: the textbook reference, ``softmax(q kᵀ · scale + mask) v``; can return weights.
+- ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (fused, default).
+- ``linear``: ``φ(q) (φ(k)ᵀ v) / (φ(q) Σ φ(k))`` with ``φ = elu + 1``
+  (Katharopoulos et al. 2020, "Transformers are RNNs"); O(L) time and memory; only
+  a padding mask is meaningful.
+- ``edge``: softmax over the incoming edges of each node of an ``edge_index``; O(E)
+  memory, for graphs too large for a dense ``[L, L]`` score matrix.
+
+``math``, ``sdpa`` and ``edge`` are exact and agree given the same mask / graph.
+A query row with nothing to attend to yields zeros (never NaN), forward and backward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from seqattn.core.masks import dead_rows, revive_dead_rows
+
+KERNELS = ("math", "sdpa", "linear", "edge")
+
+
+def check_kernel(kernel: str) -> str:
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown attention kernel {kernel!r}; expected one of {KERNELS}")
+    return kernel
+
+
+def math_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference kernel. Returns ``(out [B, H, L, E], weights [B, H, L, S])``."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # [B, H, L, S]
+    dead = None
+    if attn_mask is not None:
+        dead = dead_rows(attn_mask)  # [.., L, 1]
+        attn_mask = revive_dead_rows(attn_mask, dead)
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)  # [B, H, L, S]
+    if dead is not None:
+        weights = weights.masked_fill(dead, 0.0)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return torch.matmul(dropped, v), weights  # [B, H, L, E], [B, H, L, S]
+
+
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Fused kernel (``F.scaled_dot_product_attention``). Returns ``[B, H, L, E]``."""
+    dead = None
+    if attn_mask is not None:
+        dead = dead_rows(attn_mask)  # [.., L, 1]; [B, 1, 1, 1] for a padding mask
+        if dead.any():
+            attn_mask = revive_dead_rows(attn_mask, dead)
+        else:
+            dead = None
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+            attn_mask = attn_mask.to(q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    if dead is not None:
+        out = out.masked_fill(dead, 0.0)
+    return out  # [B, H, L, E]
+
+
+def _elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    return F.elu(x) + 1.0
+
+
+def _linear_key_mask(attn_mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
+    """The linear kernel accepts only a bool padding mask ``[B, 1, 1, S]`` -> ``[B, 1, S, 1]``."""
+    if attn_mask is None:
+        return None
+    if attn_mask.dtype != torch.bool or attn_mask.dim() != 4 or attn_mask.shape[1] != 1 or attn_mask.shape[2] != 1:
+        raise ValueError(
+            "the 'linear' kernel supports only a bool padding mask (broadcastable [B, 1, 1, S]); "
+            f"got {attn_mask.dtype} of shape {tuple(attn_mask.shape)}. Use kernel='sdpa' for structure masks."
+        )
+    return attn_mask.transpose(-2, -1)  # [B, 1, S, 1]
+
+
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Linear attention, O(L·D·E). Returns ``[B, H, L, E]``; padded keys contribute nothing."""
+    key_mask = _linear_key_mask(attn_mask, q)
+    qf = _elu_feature_map(q)  # [B, H, L, D]
+    kf = _elu_feature_map(k)  # [B, H, S, D]
+    if key_mask is not None:
+        kf = kf * key_mask  # [B, H, S, D], padded keys -> 0
+    kv = torch.matmul(kf.transpose(-2, -1), v)  # [B, H, D, E]
+    z = kf.sum(dim=-2)  # [B, H, D]
+    num = torch.matmul(qf, kv)  # [B, H, L, E]
+    den = torch.matmul(qf, z.unsqueeze(-1))  # [B, H, L, 1]
+    return num / den.clamp_min(eps)  # [B, H, L, E]
+
+
+def linear_attention_weights(
+    q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None = None, eps: float = 1e-6
+) -> torch.Tensor:
+    """The ``[B, H, L, S]`` matrix that :func:`linear_attention` applies implicitly (O(L²))."""
+    key_mask = _linear_key_mask(attn_mask, q)
+    scores = torch.matmul(_elu_feature_map(q), _elu_feature_map(k).transpose(-2, -1))  # [B, H, L, S]
+    if key_mask is not None:
+        scores = scores * key_mask.transpose(-2, -1)  # [B, 1, 1, S]
+    return scores / scores.sum(dim=-1, keepdim=True).clamp_min(eps)
+
+
+def edge_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    edge_index: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    edge_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sparse softmax over incoming edges. O(E) memory.
+
+    Args:
+        q, k, v: ``[B, H, L, D]``, ``[B, H, L, D]``, ``[B, H, L, E]`` (self-attention: S = L).
+        edge_index: ``[2, E]`` long over flattened positions ``b * L + l``; row 0 the
+            source (key), row 1 the target (query).
+        attn_mask: optional bool padding mask ``[B, 1, 1, L]``: edges from padded
+            sources are dropped.
+        edge_bias: optional ``[E, H]`` additive score per edge and head.
+
+    Returns:
+        ``(out [B, H, L, E], alpha [E', H], edge_index [2, E'])`` where ``E'`` are the edges kept.
+    """
+    b, h, length, d = q.shape
+    if k.shape[2] != length:
+        raise ValueError(f"the 'edge' kernel is self-attention only: query length {length} != key length {k.shape[2]}")
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must be [2, E], got shape {tuple(edge_index.shape)}")
+    n = b * length
+    if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= n):
+        raise ValueError(f"edge_index values must lie in [0, B*L) = [0, {n}), got [{edge_index.min()}, {edge_index.max()}]")
+    scale = d**-0.5 if scale is None else scale
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool or attn_mask.dim() != 4 or attn_mask.shape[1:3] != (1, 1):
+            raise ValueError(
+                "the 'edge' kernel takes its structure from edge_index; attn_mask may only be a bool padding "
+                f"mask [B, 1, 1, L], got {attn_mask.dtype} {tuple(attn_mask.shape)}"
+            )
+        keep = attn_mask.reshape(n).index_select(0, edge_index[0])  # [E]
+        if not bool(keep.all()):
+            edge_index = edge_index[:, keep]
+            edge_bias = edge_bias[keep] if edge_bias is not None else None
+    src, dst = edge_index[0], edge_index[1]
+    qn = q.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
+    kn = k.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
+    vn = v.transpose(1, 2).reshape(n, h, v.shape[-1])  # [N, H, E]
+    scores = (qn.index_select(0, dst) * kn.index_select(0, src)).sum(-1) * scale  # [E, H]
+    if edge_bias is not None:
+        scores = scores + edge_bias
+    # softmax grouped by target node; the max shift cancels exactly, so it carries no gradient
+    row_max = torch.full((n, h), float("-inf"), dtype=scores.dtype, device=scores.device)
+    row_max = row_max.scatter_reduce(0, dst[:, None].expand(-1, h), scores.detach(), "amax", include_self=True)
+    expd = (scores - row_max.index_select(0, dst)).exp()  # [E, H]
+    denom = torch.zeros((n, h), dtype=scores.dtype, device=scores.device).index_add(0, dst, expd)  # [N, H]
+    alpha = expd / denom.index_select(0, dst)  # [E, H]
+    dropped = F.dropout(alpha, p=dropout_p) if dropout_p > 0 else alpha
+    msg = vn.index_select(0, src) * dropped.unsqueeze(-1)  # [E, H, E_v]
+    out = torch.zeros((n, h, v.shape[-1]), dtype=v.dtype, device=v.device).index_add(0, dst, msg)  # [N, H, E_v]
+    return out.view(b, length, h, -1).transpose(1, 2), alpha, edge_index  # [B, H, L, E_v]
+
+
+def edge_weights_to_dense(alpha: torch.Tensor, edge_index: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    """Edge attention ``alpha [E, H]`` -> dense weights ``[B, H, L, L]`` (for plots; O(L²))."""
+    h = alpha.shape[1]
+    dense = torch.zeros(batch * length, length, h, dtype=alpha.dtype, device=alpha.device)  # [N, L, H]
+    dense[edge_index[1], edge_index[0] % length] = alpha
+    return dense.view(batch, length, length, h).permute(0, 3, 1, 2)  # [B, H, L, L]
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    *,
+    kernel: str = "sdpa",
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    edge_index: torch.Tensor | None = None,
+    edge_bias: torch.Tensor | None = None,
+    need_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(q kᵀ / √d + mask) v`` through the chosen kernel.
+
+    Args:
+        q: ``[B, H, L, D]``; k: ``[B, H, S, D]``; v: ``[B, H, S, E]``.
+        attn_mask: broadcastable to ``[B, H, L, S]``; bool (True = may attend) or float bias.
+            Build it from a padding + structure mask with :func:`seqattn.core.masks.build_attention_mask`.
+        kernel: ``math`` | ``sdpa`` | ``linear`` | ``edge``.
+        dropout_p: dropout on the attention weights (pass 0 in eval).
+        scale: defaults to ``1 / √D``.
+        edge_index, edge_bias: for ``kernel='edge'`` (see :func:`edge_attention`).
+        need_weights: also return the weights ``[B, H, L, S]`` (``sdpa`` then runs ``math``).
+
+    Returns:
+        ``out [B, H, L, E]``, or ``(out, weights)`` when ``need_weights``.
+    """
+    check_kernel(kernel)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be 4-D [B, H, L, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if kernel == "edge":
+        if edge_index is None:
+            raise ValueError("kernel='edge' needs an edge_index [2, E]")
+        out, alpha, kept = edge_attention(q, k, v, edge_index, attn_mask, dropout_p, scale, edge_bias)
+        if need_weights:
+            return out, edge_weights_to_dense(alpha, kept, q.shape[0], q.shape[2])
+        return out
+    if edge_index is not None:
+        raise ValueError(f"edge_index is only used by kernel='edge', got kernel={kernel!r}")
+    if kernel == "linear":
+        out = linear_attention(q, k, v, attn_mask)
+        return (out, linear_attention_weights(q, k, attn_mask)) if need_weights else out
+    if kernel == "math" or need_weights:
+        out, weights = math_attention(q, k, v, attn_mask, dropout_p, scale)
+        return (out, weights) if need_weights else out
+    return sdpa_attention(q, k, v, attn_mask, dropout_p, scale)

@@ -1,0 +1,114 @@
+"""Positional encodings.
+
+Letters: b batch, l length, d model width, h heads, k head width.
+
+Self-attention alone is permutation-equivariant: it does not know where a token is.
+Additive encodings (``learned``, ``sinusoidal``) are added to ``x [B, L, D]`` once,
+before the first layer; ``rotary`` rotates q and k inside every attention layer.
+
+- ``none``: no position information.
+- ``learned``: one trained vector per position up to an explicit ``max_len``; a longer
+  input raises ``ValueError`` (the seed: "defined up to 128, but the sequence is 129").
+- ``sinusoidal``: the fixed sin/cos rule of "Attention is all you need"; any length.
+- ``rotary``: RoPE (Su et al. 2021); any length, relative by construction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+POSITIONALS = ("none", "learned", "sinusoidal", "rotary")
+
+
+class LearnedPositional(nn.Module):
+    """A trained vector per position. ``forward(x [B, L, D]) -> [B, L, D]``."""
+
+    def __init__(self, dim: int, max_len: int) -> None:
+        super().__init__()
+        if max_len is None or max_len <= 0:
+            raise ValueError(f"learned positional encoding needs an explicit max_len > 0, got {max_len!r}")
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02)  # [max_len, D]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        if length > self.max_len:
+            raise ValueError(
+                f"sequence length {length} exceeds the learned positional encoding's max_len={self.max_len}; "
+                "raise model.max_len or use positional=sinusoidal/rotary"
+            )
+        return x + self.weight[:length].unsqueeze(0)  # [B, L, D] + [1, L, D]
+
+
+def sinusoidal_table(length: int, dim: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """``[L, D]`` table: ``PE[p, 2i] = sin(p / 10000^(2i/D))``, ``PE[p, 2i+1] = cos(...)``."""
+    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # [L, 1]
+    div = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim, device=device)
+    table[:, 0::2] = torch.sin(pos * div)
+    table[:, 1::2] = torch.cos(pos * div[: dim // 2])
+    return table.to(dtype)
+
+
+class SinusoidalPositional(nn.Module):
+    """Fixed sin/cos encoding for any length. ``forward(x [B, L, D]) -> [B, L, D]``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.register_buffer("table", sinusoidal_table(0, dim), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        if self.table.shape[0] < length or self.table.device != x.device:
+            self.table = sinusoidal_table(max(length, 2 * self.table.shape[0]), self.dim, x.device)
+        return x + self.table[:length].to(x.dtype).unsqueeze(0)  # [B, L, D] + [1, L, D]
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding applied to q and k ``[B, H, L, K]`` (K even)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary positional encoding needs an even head width, got {head_dim}")
+        self.head_dim = head_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))  # [K/2]
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def _cos_sin(self, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.arange(length, device=device, dtype=torch.float32)
+        freqs = torch.outer(t, self.inv_freq.to(device))  # [L, K/2]
+        emb = torch.cat([freqs, freqs], dim=-1)  # [L, K]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    @staticmethod
+    def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, dim=-1)  # [.., K/2] each
+        return torch.cat([-x2, x1], dim=-1)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self._cos_sin(q.shape[-2], q.device, q.dtype)  # [L, K]
+        q = q * cos + self._rotate_half(q) * sin
+        cos_k, sin_k = (cos, sin) if k.shape[-2] == q.shape[-2] else self._cos_sin(k.shape[-2], k.device, k.dtype)
+        k = k * cos_k + self._rotate_half(k) * sin_k
+        return q, k
+
+
+def build_positional(kind: str, dim: int, head_dim: int, max_len: int | None = None):
+    """Returns ``(additive module or None, rotary module or None)`` for an encoder.
+
+    ``dim`` is the model width (additive encodings), ``head_dim`` the q/k width per head (rotary).
+    """
+    if kind not in POSITIONALS:
+        raise ValueError(f"unknown positional encoding {kind!r}; expected one of {POSITIONALS}")
+    if kind == "learned":
+        return LearnedPositional(dim, max_len), None
+    if kind == "sinusoidal":
+        return SinusoidalPositional(dim), None
+    if kind == "rotary":
+        return None, RotaryEmbedding(head_dim)
+    return None, None

@@ -1,0 +1,121 @@
+"""Encoder invariances: padding, permutation, positional encodings, local windows."""
+
+import pytest
+import torch
+
+from seqattn.core import Encoder, RotaryEmbedding, Tokens, local_window_mask
+
+
+def _batch(lengths, dim=16):
+    x = torch.randn(len(lengths), max(lengths), dim)
+    mask = torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]
+    return x, mask
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "math", "linear"])
+@pytest.mark.parametrize("positional", ["none", "sinusoidal", "learned", "rotary"])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_padded_batch_equals_each_sequence_alone(kernel, positional, norm_first):
+    enc = Encoder(16, depth=2, heads=4, dropout=0.0, kernel=kernel, positional=positional, max_len=32,
+                  norm_first=norm_first).eval()
+    lengths = [9, 5, 1]
+    x, mask = _batch(lengths)
+    out = enc(x, mask=mask)
+    for i, n in enumerate(lengths):
+        alone = enc(x[i : i + 1, :n])
+        torch.testing.assert_close(out[i, :n], alone[0], atol=1e-5, rtol=1e-5)
+        assert torch.equal(out[i, n:], torch.zeros_like(out[i, n:]))  # padding is zeroed
+
+
+def test_padded_batch_invariance_with_window_and_tokens_input():
+    enc = Encoder(16, depth=2, heads=2, dropout=0.0, window=2).eval()
+    x, mask = _batch([7, 3])
+    out = enc(Tokens(x, mask))
+    torch.testing.assert_close(out[1, :3], enc(x[1:, :3])[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "linear"])
+def test_without_positions_encoder_is_permutation_equivariant(kernel):
+    enc = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", kernel=kernel).eval()
+    x = torch.randn(2, 8, 16)
+    perm = torch.randperm(8)
+    torch.testing.assert_close(enc(x)[:, perm], enc(x[:, perm]), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
+def test_with_positions_encoder_is_not_permutation_equivariant(positional):
+    enc = Encoder(16, depth=2, heads=4, dropout=0.0, positional=positional, max_len=8).eval()
+    x = torch.randn(2, 8, 16)
+    perm = torch.arange(8).flip(0)
+    assert not torch.allclose(enc(x)[:, perm], enc(x[:, perm]), atol=1e-3)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
+def test_positional_encoding_changes_the_output(positional):
+    """The seed's pitfall: a PE computed and then discarded. The output must differ from none."""
+    torch.manual_seed(0)
+    with_pe = Encoder(16, 1, 2, dropout=0.0, positional=positional, max_len=8).eval()
+    torch.manual_seed(0)
+    without = Encoder(16, 1, 2, dropout=0.0, positional="none").eval()
+    without.load_state_dict(with_pe.state_dict(), strict=False)
+    x = torch.randn(3, 8, 16)  # batch 3 != length 8: a PE sliced along the batch axis would fail
+    assert not torch.allclose(with_pe(x), without(x), atol=1e-4)
+
+
+def test_learned_positional_past_max_len_raises_naming_both_lengths():
+    enc = Encoder(16, 1, 2, positional="learned", max_len=128)
+    enc(torch.randn(1, 128, 16))
+    with pytest.raises(ValueError, match=r"sequence length 129 exceeds .*max_len=128"):
+        enc(torch.randn(1, 129, 16))
+    with pytest.raises(ValueError, match="explicit max_len"):
+        Encoder(16, 1, 2, positional="learned")
+
+
+def test_sinusoidal_takes_any_length():
+    enc = Encoder(16, 1, 2, positional="sinusoidal")
+    assert enc(torch.randn(1, 3000, 16)).shape == (1, 3000, 16)
+
+
+def test_rotary_scores_depend_only_on_relative_position():
+    rope = RotaryEmbedding(8)
+    q = torch.randn(8).expand(1, 1, 10, 8).contiguous()
+    k = torch.randn(8).expand(1, 1, 10, 8).contiguous()
+    rq, rk = rope(q, k)
+    scores = (rq @ rk.transpose(-1, -2))[0, 0]  # [10, 10]
+    torch.testing.assert_close(scores.diagonal(0), scores.diagonal(0)[:1].expand(10), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(scores.diagonal(2), scores.diagonal(2)[:1].expand(8), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="even head width"):
+        RotaryEmbedding(7)
+
+
+def test_local_window_limits_the_receptive_field():
+    """CNN = attention with a fixed receptive field: depth 2, window 1 -> sees ±2 tokens."""
+    enc = Encoder(16, depth=2, heads=2, dropout=0.0, window=1).eval()
+    x = torch.randn(1, 12, 16)
+    y = x.clone()
+    y[0, 9] = torch.randn(16)
+    diff = (enc(x) - enc(y)).abs().sum(-1)[0]  # [12]
+    assert (diff[7:12] > 1e-4).all()
+    assert (diff[:7] < 1e-5).all()
+    assert torch.equal(local_window_mask(4, 1).int(), torch.tensor(
+        [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]]))
+
+
+def test_return_attention_gives_weights_per_layer():
+    enc = Encoder(16, depth=3, heads=4, dropout=0.0).eval()
+    x, mask = _batch([6, 4])
+    out, weights = enc(x, mask=mask, return_attention=[-1])
+    assert len(weights) == 1 and weights[0].shape == (2, 4, 6, 6)
+    torch.testing.assert_close(out, enc(x, mask=mask))
+    assert torch.equal(weights[0][1, :, :, 4:], torch.zeros(4, 6, 2))  # padded keys get no weight
+    _, all_w = enc(x, mask=mask, return_attention=True)
+    assert len(all_w) == 3
+
+
+def test_encoder_errors():
+    with pytest.raises(ValueError, match="unknown positional encoding 'absolute'"):
+        Encoder(16, 1, 2, positional="absolute")
+    with pytest.raises(ValueError, match="window attention needs a dense kernel"):
+        Encoder(16, 1, 2, kernel="linear", window=3)
+    with pytest.raises(ValueError, match=r"encoder input must be \[B, L, D=16\]"):
+        Encoder(16, 1, 2)(torch.randn(2, 3, 8))

@@ -1,0 +1,150 @@
+"""The kernels agree with each other and with their own formulas; empty rows are safe."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seqattn.core import (
+    build_attention_mask,
+    edge_index_to_mask,
+    linear_attention,
+    mask_to_edge_index,
+    scaled_dot_product_attention,
+)
+
+B, H, L, D = 2, 3, 6, 4
+
+
+def _qkv(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, L, D, generator=g, requires_grad=True) for _ in range(3)]
+
+
+def _grads(out, tensors):
+    return torch.autograd.grad((out * torch.arange(out.numel()).view_as(out).sin()).sum(), tensors)
+
+
+def _structure():
+    g = torch.Generator().manual_seed(1)
+    adj = torch.rand(B, L, L, generator=g) > 0.5
+    adj[0, 2] = False  # query 2 of graph 0 has no neighbours at all
+    padding = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    return adj, padding
+
+
+@pytest.mark.parametrize("use_padding", [False, True])
+def test_math_sdpa_edge_agree(use_padding):
+    adj, padding = _structure()
+    pad = padding if use_padding else None
+    kernel_mask = build_attention_mask(pad, adj)
+    q, k, v = _qkv()
+    ref = scaled_dot_product_attention(q, k, v, kernel_mask, kernel="math")
+    ref_grads = _grads(ref, (q, k, v))
+    sdpa = scaled_dot_product_attention(q, k, v, kernel_mask, kernel="sdpa")
+    # the edge kernel gets the same structure as an edge list (padding still as a mask)
+    edge_index = mask_to_edge_index(adj)
+    edge = scaled_dot_product_attention(
+        q, k, v, build_attention_mask(pad), kernel="edge", edge_index=edge_index
+    )
+    for out in (sdpa, edge):
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        for g, rg in zip(_grads(out, (q, k, v)), ref_grads):
+            torch.testing.assert_close(g, rg, atol=1e-5, rtol=1e-5)
+    assert torch.equal(edge_index_to_mask(edge_index, B, L), adj)
+
+
+def test_float_bias_equals_bool_mask():
+    adj, _ = _structure()
+    adj[0, 2, 0] = True
+    q, k, v = _qkv()
+    bias = torch.zeros(B, L, L).masked_fill(~adj, float("-inf"))
+    for kernel in ("math", "sdpa"):
+        a = scaled_dot_product_attention(q, k, v, build_attention_mask(None, adj), kernel=kernel)
+        b = scaled_dot_product_attention(q, k, v, build_attention_mask(None, bias), kernel=kernel)
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+def test_sdpa_equals_torch_sdpa_without_mask():
+    q, k, v = _qkv()
+    ours = scaled_dot_product_attention(q, k, v, kernel="math")
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+def _linear_direct(q, k, v, padding=None):
+    """Direct O(L²) evaluation of the linear-attention formula (phi = elu + 1)."""
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    scores = phi_q @ phi_k.transpose(-1, -2)  # [B, H, L, S]
+    if padding is not None:
+        scores = scores * padding[:, None, None, :]
+    return (scores / scores.sum(-1, keepdim=True)) @ v
+
+
+@pytest.mark.parametrize("use_padding", [False, True])
+def test_linear_matches_its_formula(use_padding):
+    _, padding = _structure()
+    pad = padding if use_padding else None
+    q, k, v = _qkv()
+    out = scaled_dot_product_attention(q, k, v, build_attention_mask(pad), kernel="linear")
+    direct = _linear_direct(q, k, v, pad)
+    torch.testing.assert_close(out, direct, atol=1e-5, rtol=1e-5)
+    for g, rg in zip(_grads(out, (q, k, v)), _grads(direct, (q, k, v))):
+        torch.testing.assert_close(g, rg, atol=1e-5, rtol=1e-5)
+    _, weights = scaled_dot_product_attention(q, k, v, build_attention_mask(pad), kernel="linear", need_weights=True)
+    torch.testing.assert_close(weights @ v, direct, atol=1e-5, rtol=1e-5)
+
+
+def test_linear_rejects_structure_masks():
+    adj, _ = _structure()
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="'linear' kernel supports only a bool padding mask"):
+        linear_attention(q, k, v, build_attention_mask(None, adj))
+
+
+@pytest.mark.parametrize("kernel", ["math", "sdpa", "linear", "edge"])
+def test_row_with_nothing_to_attend_gives_zeros_and_finite_grads(kernel):
+    q, k, v = _qkv()
+    padding = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.bool)  # batch 1: all padding
+    kernel_mask = build_attention_mask(padding)
+    edge_index = None
+    if kernel == "edge":
+        full = torch.ones(B, L, L, dtype=torch.bool)
+        full[0, 1] = False  # node 1 of graph 0: no incoming edge
+        edge_index = mask_to_edge_index(full)
+    out = scaled_dot_product_attention(q, k, v, kernel_mask, kernel=kernel, edge_index=edge_index)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    if kernel == "edge":
+        assert torch.equal(out[0, :, 1], torch.zeros_like(out[0, :, 1]))
+    grads = _grads(out, (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+    if kernel in ("math", "sdpa"):  # a structure mask with one empty row
+        adj = torch.ones(L, L, dtype=torch.bool)
+        adj[3] = False
+        out = scaled_dot_product_attention(q, k, v, build_attention_mask(None, adj), kernel=kernel)
+        assert torch.isfinite(out).all() and torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
+        assert all(torch.isfinite(g).all() for g in _grads(out, (q, k, v)))
+
+
+def test_edge_kernel_bad_inputs():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="needs an edge_index"):
+        scaled_dot_product_attention(q, k, v, kernel="edge")
+    with pytest.raises(ValueError, match=r"edge_index values must lie in \[0, B\*L\)"):
+        scaled_dot_product_attention(q, k, v, kernel="edge", edge_index=torch.tensor([[0], [B * L]]))
+    with pytest.raises(ValueError, match="only used by kernel='edge'"):
+        scaled_dot_product_attention(q, k, v, kernel="sdpa", edge_index=torch.tensor([[0], [1]]))
+
+
+def test_edge_bias_equals_dense_float_bias():
+    adj, _ = _structure()
+    adj[0, 2, 2] = True
+    q, k, v = _qkv()
+    edge_index = mask_to_edge_index(adj)
+    bias_dense = torch.randn(B, H, L, L)
+    src, dst = edge_index
+    edge_bias = bias_dense[dst // L, :, dst % L, src % L]  # [E, H]
+    dense = bias_dense.masked_fill(~adj[:, None], float("-inf"))
+    ref = scaled_dot_product_attention(q, k, v, dense, kernel="math")
+    out = scaled_dot_product_attention(q, k, v, kernel="edge", edge_index=edge_index, edge_bias=edge_bias)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
