@@ -1,0 +1,3 @@
+from seqattn.run import main
+
+main()

@@ -1,0 +1,1 @@
+"""Modality front ends: raw input -> :class:`seqattn.core.tokens.Tokens`."""

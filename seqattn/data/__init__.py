@@ -1,0 +1,1 @@
+"""Built-in datasets, readers for custom files and DataModules."""

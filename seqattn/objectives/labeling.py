@@ -1,0 +1,58 @@
+"""Sequence labeling: one label per token / frame / node.
+
+Batch: ``labels [B, L]`` long with ``ignore_index`` (-100) on padding and unlabeled
+positions; network output ``logits [B, L, C]``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from seqattn.objectives.base import Objective
+
+IGNORE_INDEX = -100
+
+
+class SequenceLabeling(Objective):
+    """Cross-entropy per token; token accuracy (micro) and macro-F1 over labeled tokens."""
+
+    def __init__(self, *args, label_smoothing: float = 0.0, **kwargs) -> None:
+        self.label_smoothing = label_smoothing
+        self._num_classes = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def num_classes(self) -> int:
+        return self.net.head.num_outputs
+
+    def make_metrics(self) -> MetricCollection:
+        c = self.num_classes
+        return MetricCollection({
+            "acc": MulticlassAccuracy(c, average="micro", ignore_index=IGNORE_INDEX),
+            "f1": MulticlassF1Score(c, average="macro", ignore_index=IGNORE_INDEX),
+        })
+
+    @staticmethod
+    def _check(logits: torch.Tensor, labels: torch.Tensor) -> None:
+        if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+            raise ValueError(
+                f"sequence labeling needs logits [B, L, C] and labels [B, L]; got {tuple(logits.shape)} "
+                f"and {tuple(labels.shape)} (is the adapter's framing the same as the data's?)"
+            )
+
+    def loss(self, out: dict, batch: dict) -> torch.Tensor:
+        logits, labels = out["logits"], batch["labels"]
+        self._check(logits, labels)
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                               label_smoothing=self.label_smoothing)
+
+    def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        return out["logits"].argmax(-1).flatten(), batch["labels"].flatten()  # [B·L], [B·L]
+
+    def predict_step(self, batch: dict, batch_idx: int) -> dict:
+        out = self(batch)
+        probs = out["logits"].softmax(-1)  # [B, L, C]
+        return {"pred": probs.argmax(-1), "prob": probs, "mask": out["mask"], "ids": batch.get("ids")}

@@ -1,0 +1,134 @@
+"""Train, validate and test a recipe: ``python -m seqattn.run task=speech [overrides]``.
+
+``train(cfg)`` does the work and returns the metrics (tests call it directly);
+``main()`` is the Hydra entry point. A run directory holds ``config.yaml`` (the
+resolved config), ``checkpoints/{best,last}.ckpt``, ``metrics.json`` (test metrics),
+``csv/metrics.csv`` (per-epoch curves) and the task's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger("seqattn.run")
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"  # a source checkout
+if not (CONFIG_DIR / "config.yaml").is_file():  # an installed wheel ships conf/ as seqattn.conf
+    import seqattn.conf as _conf
+
+    CONFIG_DIR = Path(_conf.__file__).resolve().parent
+
+
+def _instantiate_all(group: DictConfig | None) -> list[Any]:
+    """Instantiate every ``_target_`` entry of a config group (callbacks, loggers); nulls are skipped."""
+    if not group:
+        return []
+    return [instantiate(node) for node in group.values() if node is not None and "_target_" in node]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value
+
+
+def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
+    """The objective with its network, sized from the data (number of classes / targets)."""
+    with open_dict(cfg):
+        cfg.head.num_outputs = int(datamodule.num_classes)
+    net_cfg = OmegaConf.to_container(cfg.net, resolve=True)
+    labels = list(getattr(datamodule, "label_names", []) or []) or None
+    objective = OmegaConf.to_container(cfg.objective, resolve=True)  # plain containers only in checkpoints
+    cls = hydra.utils.get_class(objective.pop("_target_"))
+    return cls(net=net_cfg, labels=labels, **objective)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, test and write the run's artefacts. Returns ``{"test/...": float, ..., "output_dir": str}``."""
+    torch.set_float32_matmul_precision(cfg.matmul_precision)
+    L.seed_everything(cfg.seed, workers=True)
+    out_dir = Path(cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model = build_objective(cfg, datamodule)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
+
+    callbacks = _instantiate_all(cfg.get("callbacks"))
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
+    loggers = _instantiate_all(cfg.get("logger"))
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                                     default_root_dir=str(out_dir))
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("model: %s encoder, %.2fk parameters", type(model.net.encoder).__name__, n_params / 1e3)
+
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    fit_seconds = time.perf_counter() - start
+
+    checkpoint = next((c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)), None)
+    best = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
+    metrics: dict[str, Any] = {
+        "task": cfg.task_name,
+        "encoder": type(model.net.encoder).__name__,
+        "parameters": n_params,
+        "epochs": trainer.current_epoch,
+        "fit_seconds": round(fit_seconds, 1),
+        "best_checkpoint": best,
+        "output_dir": str(out_dir),
+    }
+    if checkpoint is not None and checkpoint.best_model_score is not None:
+        metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
+    if cfg.get("test"):
+        results = trainer.test(model, datamodule=datamodule, ckpt_path=best, verbose=True)
+        metrics.update({k: _jsonable(v) for k, v in results[0].items()})
+        if best:  # keep the in-memory model at the tested (best) weights for the figures
+            model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    if cfg.get("plot") and cfg.get("plot_fn") is not None:
+        figure = instantiate(cfg.plot_fn)(model, datamodule, out_dir)
+        metrics["figure"] = str(figure)
+        log.info("figure: %s", figure)
+    log.info("metrics: %s", out_dir / "metrics.json")
+    return metrics
+
+
+def _print_summary(metrics: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"seqattn {metrics.get('task')}: {metrics.get('encoder')}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        if isinstance(value, float):
+            value = f"{value:.4f}"
+        table.add_row(key, str(value))
+    Console().print(table)
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    metrics = train(cfg)
+    _print_summary(metrics)
+    monitor = cfg.objective.get("monitor")
+    value = metrics.get(f"best_{monitor}")
+    return float(value) if isinstance(value, (int, float)) else None  # for Hydra sweepers
+
+
+if __name__ == "__main__":
+    main()
