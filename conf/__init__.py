@@ -1,0 +1,1 @@
+"""Hydra configs of seqattn; installed as the package ``seqattn.conf`` (see pyproject.toml)."""

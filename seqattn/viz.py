@@ -59,9 +59,11 @@ def plot_frame_labeling(model, datamodule, out_dir: str | Path, index: int = 0, 
     ax = fig.add_subplot(grid[3])
     if attention is not None:
         attn = attention[index, :, :n, :n].mean(0).float().cpu().numpy()  # [F, F], mean over heads
-        image = ax.imshow(attn, cmap="viridis", interpolation="nearest")
-        fig.colorbar(image, ax=ax, shrink=0.8)
-        ax.set_title(f"attention, layer {layer} (mean over heads): row = query frame, column = key frame")
+        # aspect="auto": key frames line up with the frames of the panels above
+        image = ax.imshow(attn, cmap="viridis", interpolation="nearest", aspect="auto")
+        fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, 0.012, 1.0]))
+        name = "last layer" if layer == -1 else f"layer {layer}"
+        ax.set_title(f"attention of the {name}, mean over heads")
         ax.set_xlabel("key frame")
         ax.set_ylabel("query frame")
     else:

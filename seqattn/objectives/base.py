@@ -79,6 +79,9 @@ class Objective(L.LightningModule):
         """``(preds, targets)`` flattened the way the metrics want them."""
         raise NotImplementedError
 
+    def update_stage_metrics(self, stage: str, preds: torch.Tensor, targets: torch.Tensor) -> None:
+        """Hook for metrics only some stages keep (e.g. per-class scores at test time)."""
+
     # --- shared ------------------------------------------------------------------------
     def forward(self, batch: dict, return_attention: bool | list[int] = False) -> dict:
         return self.net(batch, return_attention=return_attention)
@@ -89,6 +92,7 @@ class Objective(L.LightningModule):
         preds, targets = self.predictions(out, batch)
         metrics = self.metrics[f"{stage}_metrics"]
         metrics.update(preds, targets)
+        self.update_stage_metrics(stage, preds, targets)
         batch_size = out["logits"].shape[0]
         self.log(f"{stage}/loss", loss, prog_bar=stage != "test", on_step=stage == "train", on_epoch=True,
                  batch_size=batch_size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassRecall
 
 from seqattn.objectives.base import Objective
 
@@ -20,9 +20,22 @@ class SequenceLabeling(Objective):
     """Cross-entropy per token; token accuracy (micro) and macro-F1 over labeled tokens."""
 
     def __init__(self, *args, label_smoothing: float = 0.0, **kwargs) -> None:
-        self.label_smoothing = label_smoothing
-        self._num_classes = None
         super().__init__(*args, **kwargs)
+        self.label_smoothing = label_smoothing
+        # accuracy of each class on its own (recall), at test time: shows *where* context helps
+        self.test_per_class = MulticlassRecall(self.num_classes, average="none", ignore_index=IGNORE_INDEX)
+
+    def on_test_epoch_start(self) -> None:
+        self.test_per_class.reset()
+
+    def update_stage_metrics(self, stage: str, preds: torch.Tensor, targets: torch.Tensor) -> None:
+        if stage == "test":
+            self.test_per_class.update(preds, targets)
+
+    def on_test_epoch_end(self) -> None:
+        names = self.labels or [str(i) for i in range(self.num_classes)]
+        per_class = self.test_per_class.compute()
+        self.log_dict({f"test/acc_{name}": value for name, value in zip(names, per_class)})
 
     @property
     def num_classes(self) -> int:

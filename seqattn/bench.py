@@ -1,0 +1,524 @@
+"""Benchmarks: ``python -m seqattn.bench SUITE [options]``.
+
+Suites are functions registered in :data:`SUITES` (``name -> (add_arguments, run)``);
+``core`` is the only one so far (``image`` and ``graph`` will follow). An unknown
+suite exits with status 2 and a message naming the known ones.
+
+``core`` suite
+--------------
+Forward + backward of one full multi-head self-attention layer (q/k/v and output
+projections included, same weight shapes everywhere), fp32 on CPU, for several
+sequence lengths L, of four implementations:
+
+- ``naive``: the textbook layer a student writes (:class:`NaiveSelfAttention` below:
+  separate q/k/v ``nn.Linear``, ``softmax(q kᵀ / √head_dim) v``, concat heads, out ``nn.Linear``);
+- ``torch_mha``: ``torch.nn.MultiheadAttention(batch_first=True)`` called with
+  ``need_weights=False`` (its fastest setting: it then runs SDPA instead of bmm + softmax);
+- ``seqattn_sdpa``: ``seqattn.core.MultiHeadAttention(kernel="sdpa")``;
+- ``seqattn_linear``: ``seqattn.core.MultiHeadAttention(kernel="linear")``.
+
+One step is ``layer(x).sum().backward()`` with ``x [B, L, D]`` requiring grad
+(gradients of the input and of the parameters, as for a layer inside a network);
+gradients are dropped (set to ``None``) between steps.
+
+**Time**: median wall time of N steps after one warm-up step at the measured L.
+N is adaptive (as many steps as fit in ``--budget`` seconds judging by the warm-up
+step, clamped to [1, 20]: the big cells, whose one step takes longer than the budget,
+get a single timed step), unless ``--repeats`` fixes it. ``torch.set_num_threads`` is left at its default.
+
+**Peak memory**: torch has no CPU peak-memory counter, so every (implementation, L)
+cell runs in its own fresh process, forked from a ``multiprocessing`` *forkserver*
+that has only imported ``torch`` and this module (no tensor op has run in it, so the
+child starts with no buffers of its own and a clean allocator). In the child:
+
+1. build the layer and the input ``x [B, L, D]``, then run two warm-up steps on a
+   *small* length (``L = 16``) so every library is loaded but no big buffer exists;
+2. reset the kernel's peak-RSS high-water mark to the current RSS (write ``5`` to
+   ``/proc/self/clear_refs``) and read the current RSS from ``/proc/self/statm``;
+3. run one step at the measured L and read the peak again: ``ru_maxrss``
+   (``resource.getrusage``, KiB on Linux) and ``VmHWM`` (``/proc/self/status``).
+
+Reported "peak MB" = peak RSS after the step − RSS just before it (MiB). Linux
+carries a parent's ``ru_maxrss`` across fork/exec and ``clear_refs`` does not
+reset that inherited value, so when ``ru_maxrss`` did not move during the step
+(the inherited value hides the child's peak) ``VmHWM`` — the same counter, reset —
+is used; when it did move the two agree. The input ``x`` and the weights are
+allocated before the baseline, so they are not counted; their gradients are.
+A cell whose estimated peak exceeds ``--max-gb`` is skipped; a child killed by
+the OOM killer (or any failure) is reported in its cell instead of a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import resource
+import shlex
+import statistics
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+IMPLS = ("naive", "torch_mha", "seqattn_sdpa", "seqattn_linear")
+DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096)
+WARMUP_LENGTH = 16
+MIB = 2**20
+
+
+# --------------------------------------------------------------------------- the layers
+
+
+def _naive_layer(dim: int, heads: int) -> Any:
+    """The textbook layer (built lazily so the driver process never imports torch)."""
+    import torch
+    from torch import nn
+
+    class NaiveSelfAttention(nn.Module):
+        """Letters: b batch, l length, h heads, k head width, d width."""
+
+        def __init__(self, dim: int, heads: int) -> None:
+            super().__init__()
+            self.heads, self.head_dim = heads, dim // heads
+            self.q_proj, self.k_proj, self.v_proj = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+            self.out_proj = nn.Linear(dim, dim)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, length, d = x.shape
+            q = self.q_proj(x).view(b, length, self.heads, self.head_dim).transpose(1, 2)  # [B, H, L, K]
+            k = self.k_proj(x).view(b, length, self.heads, self.head_dim).transpose(1, 2)  # [B, H, L, K]
+            v = self.v_proj(x).view(b, length, self.heads, self.head_dim).transpose(1, 2)  # [B, H, L, K]
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # [B, H, L, L]
+            weights = torch.softmax(scores, dim=-1)  # [B, H, L, L]
+            out = (weights @ v).transpose(1, 2).reshape(b, length, d)  # [B, H, L, K] -> [B, L, D]
+            return self.out_proj(out)  # [B, L, D]
+
+    return NaiveSelfAttention(dim, heads)
+
+
+def build_impl(impl: str, dim: int, heads: int) -> tuple[Any, Callable[[Any], Any]]:
+    """``impl`` -> ``(module, call)`` where ``call(x [B, L, D]) -> [B, L, D]``."""
+    import torch
+
+    if impl == "naive":
+        layer = _naive_layer(dim, heads)
+        return layer, layer
+    if impl == "torch_mha":
+        layer = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
+        return layer, lambda x: layer(x, x, x, need_weights=False)[0]
+    if impl in ("seqattn_sdpa", "seqattn_linear"):
+        from seqattn.core.attention import MultiHeadAttention
+
+        layer = MultiHeadAttention(dim, heads, kernel=impl.removeprefix("seqattn_"))
+        return layer, layer
+    raise ValueError(f"unknown implementation {impl!r}; expected one of {IMPLS}")
+
+
+def estimate_peak_bytes(impl: str, length: int, batch: int, dim: int, heads: int) -> float:
+    """Rough fwd+bwd peak of one cell (fp32), used only to skip cells that cannot fit."""
+    per_token = 24.0 * batch * length * dim * 4  # projections, their grads, outputs (generous)
+    if impl == "naive":
+        # scores, softmax weights (saved) and their gradient: ~3 [B, H, L, L] matrices live at once
+        return per_token + 3.0 * batch * heads * length * length * 4
+    return per_token  # SDPA (flash kernel) and linear attention: O(L) memory
+
+
+# --------------------------------------------------------------------------- one cell (in a fresh process)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _vm_hwm_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _ru_maxrss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def measure_cell(
+    impl: str, length: int, batch: int, dim: int, heads: int, repeats: int | None = None, budget: float = 3.0
+) -> dict[str, Any]:
+    """Peak RSS growth and median fwd+bwd time of one (impl, L). Call it in a fresh process."""
+    import gc
+
+    import torch
+
+    torch.manual_seed(0)
+    layer, call = build_impl(impl, dim, heads)
+    params = list(layer.parameters())
+    x = torch.randn(batch, length, dim, requires_grad=True)  # [B, L, D]
+    x_small = torch.randn(batch, min(WARMUP_LENGTH, length), dim, requires_grad=True)
+
+    def step(inp: torch.Tensor) -> float:
+        start = time.perf_counter()
+        call(inp).sum().backward()
+        elapsed = time.perf_counter() - start
+        for p in params:
+            p.grad = None
+        inp.grad = None
+        return elapsed
+
+    for _ in range(2):  # load libraries, no big buffer yet
+        step(x_small)
+    gc.collect()
+    reset = _reset_peak_rss()
+    rss_before = _rss_bytes()
+    ru_before = _ru_maxrss_bytes()
+    first = step(x)  # the memory measurement, also the warm-up for timing
+    ru_after = _ru_maxrss_bytes()
+    hwm = _vm_hwm_bytes()
+    if ru_after > ru_before or not reset or hwm is None:
+        peak, source = ru_after, "ru_maxrss"
+    else:
+        peak, source = hwm, "VmHWM"  # ru_maxrss still shows the high-water mark inherited from the parent
+    n = repeats if repeats else max(1, min(20, int(budget / max(first, 1e-6))))
+    times = [step(x) for _ in range(n)]
+    return {
+        "status": "ok",
+        "time_ms": statistics.median(times) * 1e3,
+        "times_ms": [t * 1e3 for t in times],
+        "repeats": n,
+        "peak_mb": max(0, peak - rss_before) / MIB,
+        "peak_source": source,
+        "rss_before_mb": rss_before / MIB,
+        "ru_maxrss_mb": ru_after / MIB,
+        "vm_hwm_mb": None if hwm is None else hwm / MIB,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _cell_entry(conn: Any, kwargs: dict[str, Any]) -> None:
+    """Child-process entry: measure one cell, send the result dict back."""
+    try:
+        result = measure_cell(**kwargs)
+    except (MemoryError, RuntimeError) as exc:
+        msg = str(exc)
+        oom = isinstance(exc, MemoryError) or "memory" in msg.lower() or "allocate" in msg.lower()
+        result = {"status": "OOM" if oom else "failed", "error": msg.splitlines()[0][:200] if msg else repr(exc)}
+    except Exception as exc:  # report anything, the driver goes on with the next cell
+        traceback.print_exc()
+        result = {"status": "failed", "error": repr(exc)[:200]}
+    conn.send(result)
+    conn.close()
+
+
+_CTX: Any = None
+
+
+def _context() -> Any:
+    global _CTX
+    if _CTX is None:
+        _CTX = mp.get_context("forkserver")
+        # preload torch (not __main__): each cell is a fork of a process that only imported these
+        _CTX.set_forkserver_preload(["torch", "seqattn.core.attention"])
+    return _CTX
+
+
+def run_cell_isolated(timeout: float, **kwargs: Any) -> dict[str, Any]:
+    """Run :func:`measure_cell` in a fresh forked process; a dead child becomes a status."""
+    from seqattn import bench as module  # the importable name, also when run as __main__
+
+    ctx = _context()
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=module._cell_entry, args=(send, kwargs), daemon=True)
+    proc.start()
+    send.close()
+    result = None
+    try:
+        if recv.poll(timeout):
+            result = recv.recv()
+    except EOFError:
+        pass  # the child died without sending
+    proc.join(5 if result is not None else 0.1)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        return result or {"status": "timeout", "error": f"no result within {timeout:.0f} s"}
+    if result is None:
+        code = proc.exitcode
+        if code == -9:
+            return {"status": "OOM", "error": "killed by SIGKILL (out of memory?)"}
+        return {"status": "failed", "error": f"child exited with code {code}"}
+    return result
+
+
+# --------------------------------------------------------------------------- core suite
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _impls(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in IMPLS]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(f"unknown implementation(s) {bad}; choose from {', '.join(IMPLS)}")
+    return values
+
+
+def add_core_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lengths", type=_ints, default=list(DEFAULT_LENGTHS), help="comma-separated L values")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=256, help="model width D")
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--impls", type=_impls, default=list(IMPLS), help=f"comma-separated, from {','.join(IMPLS)}")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per cell (default: adaptive)")
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds of timed steps per cell when adaptive")
+    parser.add_argument("--max-gb", type=float, default=20.0, help="skip cells estimated to need more")
+    parser.add_argument("--cell-timeout", type=float, default=900.0, help="seconds before a cell is abandoned")
+    parser.add_argument("--out", metavar="FILE.md", help="also write caption, table and targets here")
+    parser.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
+
+
+def measure_core(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Every (L, impl) cell, each in its own process. Returns one dict per cell."""
+    if args.dim % args.heads:
+        raise ValueError(f"--dim={args.dim} must be divisible by --heads={args.heads}")
+    cells = []
+    total = len(args.lengths) * len(args.impls)
+    for length in args.lengths:
+        for impl in args.impls:
+            cell: dict[str, Any] = {"impl": impl, "length": length}
+            estimate = estimate_peak_bytes(impl, length, args.batch, args.dim, args.heads)
+            cell["estimate_gb"] = estimate / 2**30
+            if estimate > args.max_gb * 2**30:
+                cell.update(status="skipped", error=f"estimated {estimate / 2**30:.1f} GB > --max-gb {args.max_gb}")
+            else:
+                start = time.perf_counter()
+                cell.update(
+                    run_cell_isolated(
+                        args.cell_timeout,
+                        impl=impl,
+                        length=length,
+                        batch=args.batch,
+                        dim=args.dim,
+                        heads=args.heads,
+                        repeats=args.repeats,
+                        budget=args.budget,
+                    )
+                )
+                cell["wall_s"] = time.perf_counter() - start
+            cells.append(cell)
+            if cell["status"] == "ok":
+                detail = f"{cell['time_ms']:.1f} ms (median of {cell['repeats']}), peak +{cell['peak_mb']:.1f} MB"
+            else:
+                detail = f"{cell['status']}: {cell.get('error', '')}"
+            log(f"[{len(cells)}/{total}] {impl:>14} L={length:<5} {detail}")
+    return cells
+
+
+def _lookup(cells: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(c["impl"], c["length"]): c for c in cells}
+
+
+def _value(table: dict, impl: str, length: int, key: str) -> float | None:
+    cell = table.get((impl, length))
+    return cell[key] if cell and cell["status"] == "ok" and cell[key] > 0 else None
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a is not None and b is not None else "–"
+
+
+def _ratio_columns(impls: list[str]) -> list[tuple[str, Callable[[dict, list[int], int], str]]]:
+    """Ratio columns whose implementations were measured: (header, fn(table, lengths, i) -> text)."""
+    cols: list[tuple[str, Callable[[dict, list[int], int], str]]] = []
+
+    def ratio(num: tuple[str, str], den: tuple[str, str]) -> Callable[[dict, list[int], int], str]:
+        return lambda t, ls, i: _ratio(_value(t, num[0], ls[i], num[1]), _value(t, den[0], ls[i], den[1]))
+
+    if {"seqattn_sdpa", "torch_mha"} <= set(impls):
+        cols.append(("sdpa/torch_mha time", ratio(("seqattn_sdpa", "time_ms"), ("torch_mha", "time_ms"))))
+        cols.append(("sdpa/torch_mha mem", ratio(("seqattn_sdpa", "peak_mb"), ("torch_mha", "peak_mb"))))
+    if {"seqattn_sdpa", "naive"} <= set(impls):
+        cols.append(("naive/sdpa time (speed-up)", ratio(("naive", "time_ms"), ("seqattn_sdpa", "time_ms"))))
+        cols.append(("sdpa/naive mem", ratio(("seqattn_sdpa", "peak_mb"), ("naive", "peak_mb"))))
+    if "seqattn_linear" in impls:
+
+        def growth(t: dict, ls: list[int], i: int) -> str:
+            if i == 0:
+                return "–"
+            now, prev = _value(t, "seqattn_linear", ls[i], "time_ms"), _value(t, "seqattn_linear", ls[i - 1], "time_ms")
+            return _ratio(now, prev) + f" (L×{ls[i] / ls[i - 1]:g})" if now and prev else "–"
+
+        cols.append(("linear time(L)/time(L_prev)", growth))
+    return cols
+
+
+def format_core_table(cells: list[dict[str, Any]], impls: list[str], lengths: list[int]) -> str:
+    """Markdown table: a row per L; time (ms) and peak MB per impl; ratio columns."""
+    table = _lookup(cells)
+    ratio_cols = _ratio_columns(impls)
+    header = ["L"] + [f"{impl} {unit}" for impl in impls for unit in ("ms", "MB")] + [h for h, _ in ratio_cols]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    for i, length in enumerate(lengths):
+        row = [str(length)]
+        for impl in impls:
+            cell = table.get((impl, length))
+            if cell and cell["status"] == "ok":
+                row += [f"{cell['time_ms']:.1f}", f"{cell['peak_mb']:.1f}"]
+            else:
+                status = cell["status"] if cell else "–"
+                row += [status, status]
+        row += [fn(table, lengths, i) for _, fn in ratio_cols]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def core_caption(args: argparse.Namespace, threads: int | None) -> str:
+    return (
+        f"Forward+backward of one multi-head self-attention layer (q/k/v/out projections included), "
+        f"batch {args.batch}, width {args.dim}, {args.heads} heads, fp32, CPU ({threads or '?'} torch threads). "
+        "Time: median of N steps after a warm-up step (N in the JSON). Peak MB: growth of peak RSS during one "
+        "step, each cell in a fresh process (see `seqattn/bench.py`). `torch_mha` = "
+        "`nn.MultiheadAttention(batch_first=True)` called with `need_weights=False`, its fastest setting."
+    )
+
+
+def core_targets(cells: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets: one 'met' / 'missed' / 'not measured' line each, with the number."""
+    t = _lookup(cells)
+    lines = []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    lengths = sorted({c["length"] for c in cells})
+
+    def sdpa_vs_torch(metric: str, what: str, limit: float) -> str:
+        name = f"target sdpa {what} <= {limit}x torch_mha at every L"
+        pairs = [(L, _value(t, "seqattn_sdpa", L, metric), _value(t, "torch_mha", L, metric)) for L in lengths]
+        pairs = [(L, a / b) for L, a, b in pairs if a and b]
+        if not pairs:
+            return f"{name}: not measured"
+        worst_l, worst = max(pairs, key=lambda p: p[1])
+        return (f"{name}: {verdict(worst <= limit)} (worst {worst:.2f}x at L={worst_l}; "
+                + ", ".join(f"{L}: {r:.2f}x" for L, r in pairs) + ")")
+
+    lines.append(sdpa_vs_torch("time_ms", "time", 1.05))
+    lines.append(sdpa_vs_torch("peak_mb", "peak memory", 1.1))
+    naive_t, sdpa_t = _value(t, "naive", 2048, "time_ms"), _value(t, "seqattn_sdpa", 2048, "time_ms")
+    if naive_t and sdpa_t:
+        lines.append(f"target sdpa >= 3x faster than naive at L=2048: {verdict(naive_t / sdpa_t >= 3)} ({naive_t / sdpa_t:.2f}x)")
+    else:
+        lines.append("target sdpa >= 3x faster than naive at L=2048: not measured")
+    naive_m, sdpa_m = _value(t, "naive", 2048, "peak_mb"), _value(t, "seqattn_sdpa", 2048, "peak_mb")
+    if naive_m and sdpa_m:
+        lines.append(
+            f"target sdpa peak memory <= 1/8 of naive at L=2048: {verdict(sdpa_m / naive_m <= 1 / 8)} "
+            f"(1/{naive_m / sdpa_m:.1f}: {sdpa_m:.1f} MB vs {naive_m:.1f} MB)"
+        )
+    else:
+        lines.append("target sdpa peak memory <= 1/8 of naive at L=2048: not measured")
+    lin_a, lin_b = _value(t, "seqattn_linear", 2048, "time_ms"), _value(t, "seqattn_linear", 4096, "time_ms")
+    if lin_a and lin_b:
+        lines.append(f"target linear time growth L=2048 -> 4096 <= 2.3x: {verdict(lin_b / lin_a <= 2.3)} ({lin_b / lin_a:.2f}x)")
+    else:
+        lines.append("target linear time growth L=2048 -> 4096 <= 2.3x: not measured")
+    return lines
+
+
+def run_core(args: argparse.Namespace) -> int:
+    command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["core"]))
+    print(f"$ {command}", flush=True)
+    load_before = os.getloadavg()
+    cells = measure_core(args, log=lambda line: print(line, flush=True))
+    load_after = os.getloadavg()
+    threads = next((c["threads"] for c in cells if c["status"] == "ok"), None)
+    caption = core_caption(args, threads)
+    table = format_core_table(cells, args.impls, args.lengths)
+    targets = core_targets(cells)
+    load = (
+        f"load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in load_before)}, "
+        f"after: {'/'.join(f'{v:.2f}' for v in load_after)} on {os.cpu_count()} CPUs "
+        "(other processes share them: timings above the CPU count are disturbed)"
+    )
+    report = "\n".join([caption, "", table, "", *targets, "", load])
+    print("\n" + report, flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(f"Command: `{command}`\n\n{report}\n")
+    if args.json:
+        config = {k: v for k, v in vars(args).items() if k not in ("func", "argv")}
+        with open(args.json, "w") as f:
+            json.dump({"command": command, "config": config, "cells": cells, "targets": targets,
+                       "loadavg_before": load_before, "loadavg_after": load_after}, f, indent=2)
+    return 0
+
+
+# --------------------------------------------------------------------------- entry point
+
+#: name -> (add its arguments to a sub-parser, run it with the parsed args -> exit code)
+SUITES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "core": (add_core_arguments, run_core),
+}
+
+
+def _one(argv: list[str]) -> int:
+    """Hidden ``_one IMPL L [--batch ..]``: measure one cell in this process, print JSON."""
+    parser = argparse.ArgumentParser(prog="python -m seqattn.bench _one")
+    parser.add_argument("impl", choices=IMPLS)
+    parser.add_argument("length", type=int)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--budget", type=float, default=3.0)
+    print(json.dumps(measure_cell(**vars(parser.parse_args(argv)))))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m seqattn.bench", description="seqattn benchmarks")
+    sub = parser.add_subparsers(dest="suite", metavar="suite", required=True, help=f"one of: {', '.join(SUITES)}")
+    for name, (add_arguments, run) in SUITES.items():
+        sub_parser = sub.add_parser(name)
+        add_arguments(sub_parser)
+        sub_parser.set_defaults(func=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "_one":
+        return _one(argv[1:])
+    parser = build_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in SUITES:
+        parser.error(f"unknown suite {argv[0]!r}; known suites: {', '.join(SUITES)}")  # exits 2
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

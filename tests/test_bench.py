@@ -1,0 +1,84 @@
+"""``python -m seqattn.bench``: the core suite on tiny sizes, and the unknown-suite error.
+
+No timing assertions: only the shape of the report (a row per L, columns per impl,
+numbers where numbers belong). Tiny cells may legitimately grow the RSS by 0 MB
+(the allocator reuses the warm-up's memory), so memory is only checked to be >= 0.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seqattn.bench import IMPLS, SUITES, format_core_table
+
+ROOT = Path(__file__).resolve().parents[1]
+LENGTHS = (16, 32)
+
+
+def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "seqattn.bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _parse_table(text: str) -> tuple[list[str], list[list[str]]]:
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    split = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    header, body = split[0], [r for r in split[2:]]
+    return header, body
+
+
+def test_core_suite_tiny(tmp_path):
+    out, js = tmp_path / "core.md", tmp_path / "core.json"
+    proc = _run(
+        "core", "--lengths", ",".join(map(str, LENGTHS)), "--batch", "2", "--dim", "32", "--heads", "2",
+        "--repeats", "1", "--out", str(out), "--json", str(js),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n[") >= len(LENGTHS) * len(IMPLS)  # a progress line per cell
+    for text in (proc.stdout, out.read_text()):
+        header, body = _parse_table(text)
+        assert header[0] == "L"
+        assert [r[0] for r in body] == [str(L) for L in LENGTHS]
+        for impl in IMPLS:
+            t_col, m_col = header.index(f"{impl} ms"), header.index(f"{impl} MB")
+            for row in body:
+                assert float(row[t_col]) > 0
+                assert float(row[m_col]) >= 0
+        assert "sdpa/torch_mha time" in header and "naive/sdpa time (speed-up)" in header
+    assert "target sdpa time <= 1.05x torch_mha" in proc.stdout
+    data = json.loads(js.read_text())
+    assert {(c["impl"], c["length"]) for c in data["cells"]} == {(i, L) for i in IMPLS for L in LENGTHS}
+    assert all(c["status"] == "ok" and c["time_ms"] > 0 and c["repeats"] == 1 for c in data["cells"])
+
+
+def test_unknown_suite_names_known_ones():
+    proc = _run("nosuch", timeout=60)
+    assert proc.returncode != 0
+    assert "nosuch" in proc.stderr
+    for name in SUITES:
+        assert name in proc.stderr
+
+
+def test_table_marks_failed_and_skipped_cells():
+    cells = [
+        {"impl": "naive", "length": 8, "status": "OOM"},
+        {"impl": "seqattn_sdpa", "length": 8, "status": "ok", "time_ms": 2.0, "peak_mb": 1.0},
+        {"impl": "naive", "length": 16, "status": "skipped"},
+    ]
+    header, body = _parse_table(format_core_table(cells, ["naive", "seqattn_sdpa"], [8, 16]))
+    assert body[0][header.index("naive ms")] == "OOM"
+    assert body[1][header.index("naive MB")] == "skipped"
+    assert body[0][header.index("naive/sdpa time (speed-up)")] == "–"
+
+
+@pytest.mark.parametrize("bad", [["core", "--impls", "nope"], ["core", "--lengths", "0"]])
+def test_bad_options_exit_nonzero(bad):
+    from seqattn.bench import main
+
+    with pytest.raises(SystemExit) as err:
+        main(bad)
+    assert err.value.code != 0
