@@ -119,3 +119,19 @@ def test_encoder_errors():
         Encoder(16, 1, 2, kernel="linear", window=3)
     with pytest.raises(ValueError, match=r"encoder input must be \[B, L, D=16\]"):
         Encoder(16, 1, 2)(torch.randn(2, 3, 8))
+
+
+def test_edge_kernel_encoder_equals_dense_masked_encoder():
+    """Graph attention two ways: a dense adjacency mask (sdpa) or an edge list (edge kernel)."""
+    from seqattn.core import mask_to_edge_index
+
+    torch.manual_seed(0)
+    dense = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", kernel="sdpa").eval()
+    sparse = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", kernel="edge").eval()
+    sparse.load_state_dict(dense.state_dict())
+    x, mask = _batch([7, 4])
+    adj = (torch.rand(2, 7, 7) > 0.6) | torch.eye(7, dtype=torch.bool)  # self-loops: every node sees itself
+    adj &= mask[:, None, :] & mask[:, :, None]  # no edges to or from padding
+    out_dense = dense(x, mask=mask, attn_mask=adj)
+    out_edge = sparse(Tokens(x, mask, edge_index=mask_to_edge_index(adj)))
+    torch.testing.assert_close(out_edge, out_dense, atol=1e-5, rtol=1e-5)
