@@ -20,10 +20,9 @@ import torchaudio
 from torch import nn
 
 from seqattn.core.masks import lengths_to_mask
-from seqattn.core.tokens import Tokens
+from seqattn.core.tokens import IGNORE_INDEX, Tokens
 
 FEATURES = ("raw", "logmel", "mfcc")
-IGNORE_INDEX = -100
 _LOG_EPS = 1e-6
 _STD_EPS = 1e-5
 

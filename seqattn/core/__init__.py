@@ -31,9 +31,10 @@ from seqattn.core.positional import (
     build_positional,
     sinusoidal_table,
 )
-from seqattn.core.tokens import Tokens
+from seqattn.core.tokens import IGNORE_INDEX, Tokens
 
 __all__ = [
+    "IGNORE_INDEX",
     "KERNELS",
     "POSITIONALS",
     "Encoder",

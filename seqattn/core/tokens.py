@@ -10,6 +10,9 @@ from typing import Any
 
 import torch
 
+IGNORE_INDEX = -100
+"""Label value that losses and metrics skip (padding, unlabeled frames); torch's cross-entropy default."""
+
 
 @dataclass
 class Tokens:

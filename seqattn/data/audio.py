@@ -29,7 +29,8 @@ import soundfile as sf
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from seqattn.adapters.audio import IGNORE_INDEX, frame_labels, load_audio, ms_to_samples, num_frames
+from seqattn.adapters.audio import frame_labels, load_audio, ms_to_samples, num_frames
+from seqattn.core.tokens import IGNORE_INDEX
 from seqattn.data.speech import PHONES, generate_speech_corpus
 
 log = logging.getLogger("seqattn.data.audio")

@@ -41,7 +41,6 @@ class Objective(L.LightningModule):
         labels: list[str] | None = None,
         monitor: str = "val/loss",
         mode: str = "min",
-        **kwargs: Any,
     ) -> None:
         super().__init__()
         optimizer = _plain(optimizer) or {"_target_": "torch.optim.AdamW", "lr": 1e-3}

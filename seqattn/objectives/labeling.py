@@ -11,9 +11,8 @@ import torch.nn.functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassRecall
 
+from seqattn.core.tokens import IGNORE_INDEX
 from seqattn.objectives.base import Objective
-
-IGNORE_INDEX = -100
 
 
 class SequenceLabeling(Objective):
