@@ -4,7 +4,9 @@ Letters: b batch, l length, d width, c classes / targets.
 
 - :class:`TokenHead` — one prediction per token (sequence labeling): ``[B, L, C]``.
 - :class:`PooledHead` — one prediction per sequence (classification / regression):
-  pool ``[B, L, D] -> [B, D]`` (``mean`` | ``max`` | ``attention``), then ``[B, C]``.
+  pool ``[B, L, D] -> [B, D]`` (``mean`` | ``max`` | ``attention`` | ``cls``), then ``[B, C]``.
+  ``cls`` reads position 0, the global token :class:`~seqattn.network.SequenceModel` prepends
+  when the head asks for it (``head.needs_global_token``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-POOLINGS = ("mean", "max", "attention")
+POOLINGS = ("mean", "max", "attention", "cls")
 
 
 def _mlp(dim: int, num_outputs: int, hidden: int | None, dropout: float) -> nn.Module:
@@ -54,6 +56,7 @@ class PooledHead(nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {pooling!r}; expected one of {POOLINGS}")
         self.pooling = pooling
+        self.needs_global_token = pooling == "cls"
         self.num_outputs = int(num_outputs)
         self.score = nn.Linear(dim, 1) if pooling == "attention" else None
         self.net = _mlp(dim, num_outputs, hidden, dropout)
@@ -62,6 +65,8 @@ class PooledHead(nn.Module):
         """``[B, L, D] -> [B, D]``."""
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        if self.pooling == "cls":
+            return x[:, 0]  # the global token, always real
         m = mask.unsqueeze(-1)  # [B, L, 1]
         if self.pooling == "mean":
             return (x * m).sum(1) / m.sum(1).clamp_min(1)

@@ -43,9 +43,22 @@ def _jsonable(value: Any) -> Any:
 
 
 def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
-    """The objective with its network, sized from the data (number of classes / targets)."""
+    """The objective with its network, sized from the data (number of classes / targets).
+
+    A datamodule may also fill in config the model needs from the data with
+    ``model_overrides() -> {"adapter": {...}, "head": {...}, "objective": {...}}`` (e.g. the text
+    vocabulary, target statistics); the values land in the checkpoint's hyper-parameters, so a
+    loaded model maps inputs exactly as in training.
+    """
+    overrides = datamodule.model_overrides() if hasattr(datamodule, "model_overrides") else {}
+    unknown = set(overrides) - {"adapter", "head", "objective", "model"}
+    if unknown:
+        raise ValueError(f"model_overrides() may set adapter/head/objective/model, got {sorted(unknown)}")
     with open_dict(cfg):
         cfg.head.num_outputs = int(datamodule.num_classes)
+        for group, values in overrides.items():
+            for key, value in values.items():
+                cfg[group][key] = value
     net_cfg = OmegaConf.to_container(cfg.net, resolve=True)
     labels = list(getattr(datamodule, "label_names", []) or []) or None
     objective = OmegaConf.to_container(cfg.objective, resolve=True)  # plain containers only in checkpoints
@@ -96,6 +109,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("test"):
         results = trainer.test(model, datamodule=datamodule, ckpt_path=best, verbose=True)
         metrics.update({k: _jsonable(v) for k, v in results[0].items()})
+        if hasattr(model, "test_summary"):
+            metrics.update(model.test_summary())
         if best:  # keep the in-memory model at the tested (best) weights for the figures
             model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -115,6 +130,8 @@ def _print_summary(metrics: dict[str, Any]) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
+        if isinstance(value, (list, dict)):
+            continue  # e.g. the confusion matrix: in metrics.json
         if isinstance(value, float):
             value = f"{value:.4f}"
         table.add_row(key, str(value))

@@ -31,7 +31,7 @@ from seqattn.core.positional import (
     build_positional,
     sinusoidal_table,
 )
-from seqattn.core.tokens import IGNORE_INDEX, Tokens
+from seqattn.core.tokens import IGNORE_INDEX, Tokens, prepend_global_token
 
 __all__ = [
     "IGNORE_INDEX",
@@ -56,6 +56,7 @@ __all__ = [
     "linear_attention_weights",
     "local_window_mask",
     "mask_to_edge_index",
+    "prepend_global_token",
     "math_attention",
     "scaled_dot_product_attention",
     "sdpa_attention",

@@ -47,3 +47,51 @@ class Tokens:
 
     def replace(self, **changes: Any) -> "Tokens":
         return replace(self, **changes)
+
+
+def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
+    """Put one global token (CLS for sequences, virtual node for graphs) in front of every sequence.
+
+    ``tokens.x [B, L, D]`` -> ``[B, L+1, D]`` with ``vector [D]`` at position 0. The global token
+    is real (mask True), attends to every real token and every real token attends to it:
+
+    - ``attn_mask`` (bool or float; ``[L, L]``, ``[B, L, L]``, ``[B, H, L, L]``) gains a row and
+      a column that allow everything (``True`` / ``0.0``);
+    - ``edge_index`` over flattened ``b * L + l`` is renumbered to ``b * (L+1) + l + 1`` and gains,
+      after the original ``E`` edges, the edges global->token, token->global for every real token
+      and the global token's self-loop. ``extra["global_edges"]`` counts the added edges
+      (so edge features can be padded for them) and ``extra["global_token"] = True``.
+    """
+    x = tokens.x
+    b, length, dim = x.shape
+    if vector.shape != (dim,):
+        raise ValueError(f"global token vector must be [D={dim}], got shape {tuple(vector.shape)}")
+    x = torch.cat([vector.to(x.dtype).expand(b, 1, dim), x], dim=1)  # [B, L+1, D]
+    mask = tokens.mask
+    real = mask if mask is not None else torch.ones(b, length, dtype=torch.bool, device=x.device)
+    new_mask = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=x.device), real], dim=1)
+    attn_mask = tokens.attn_mask
+    if attn_mask is not None:
+        allow = True if attn_mask.dtype == torch.bool else 0.0
+        # pad the last two dims by one in front: [.., L, L] -> [.., L+1, L+1]
+        padded = attn_mask.new_full((*attn_mask.shape[:-2], length + 1, length + 1), allow)
+        padded[..., 1:, 1:] = attn_mask
+        attn_mask = padded
+    extra = dict(tokens.extra, global_token=True)
+    edge_index = tokens.edge_index
+    if edge_index is not None:
+        graph = edge_index // length
+        edge_index = edge_index + graph + 1  # b*L + l -> b*(L+1) + l + 1
+        node = torch.nonzero(real.flatten(), as_tuple=False).squeeze(1)  # [N] flattened real tokens
+        node_graph = node // length
+        node_new = node + node_graph + 1
+        glob = node_graph * (length + 1)
+        glob_self = torch.arange(b, device=x.device) * (length + 1)
+        added = torch.cat([
+            torch.stack([glob, node_new]),  # global -> token (token attends to the global token)
+            torch.stack([node_new, glob]),  # token -> global
+            torch.stack([glob_self, glob_self]),
+        ], dim=1)
+        edge_index = torch.cat([edge_index, added], dim=1)
+        extra["global_edges"] = added.shape[1]
+    return Tokens(x=x, mask=new_mask, attn_mask=attn_mask, edge_index=edge_index, extra=extra)

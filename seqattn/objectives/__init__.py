@@ -1,7 +1,7 @@
 """Lightning objectives. Each knows a kind of label, never a modality."""
 
 from seqattn.objectives.base import Objective
-from seqattn.objectives.labeling import IGNORE_INDEX, SequenceLabeling
+from seqattn.objectives.labeling import IGNORE_INDEX, SequenceClassification, SequenceLabeling
 from seqattn.objectives.schedules import warmup_cosine
 
-__all__ = ["IGNORE_INDEX", "Objective", "SequenceLabeling", "warmup_cosine"]
+__all__ = ["IGNORE_INDEX", "Objective", "SequenceClassification", "SequenceLabeling", "warmup_cosine"]

@@ -9,7 +9,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassRecall
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassConfusionMatrix,
+    MulticlassF1Score,
+    MulticlassRecall,
+)
 
 from seqattn.core.tokens import IGNORE_INDEX
 from seqattn.objectives.base import Objective
@@ -23,18 +28,23 @@ class SequenceLabeling(Objective):
         self.label_smoothing = label_smoothing
         # accuracy of each class on its own (recall), at test time: shows *where* context helps
         self.test_per_class = MulticlassRecall(self.num_classes, average="none", ignore_index=IGNORE_INDEX)
+        self.test_confusion = MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX)
+        self.confusion_matrix: torch.Tensor | None = None  # [C, C] counts (row true, column predicted)
 
     def on_test_epoch_start(self) -> None:
         self.test_per_class.reset()
+        self.test_confusion.reset()
 
     def update_stage_metrics(self, stage: str, preds: torch.Tensor, targets: torch.Tensor) -> None:
         if stage == "test":
             self.test_per_class.update(preds, targets)
+            self.test_confusion.update(preds, targets)
 
     def on_test_epoch_end(self) -> None:
         names = self.labels or [str(i) for i in range(self.num_classes)]
         per_class = self.test_per_class.compute()
         self.log_dict({f"test/acc_{name}": value for name, value in zip(names, per_class)})
+        self.confusion_matrix = self.test_confusion.compute().cpu()
 
     @property
     def num_classes(self) -> int:
@@ -47,6 +57,13 @@ class SequenceLabeling(Objective):
             "f1": MulticlassF1Score(c, average="macro", ignore_index=IGNORE_INDEX),
         })
 
+    def test_summary(self) -> dict:
+        """What ``seqattn.run`` adds to ``metrics.json`` after testing."""
+        if self.confusion_matrix is None:
+            return {}
+        return {"labels": list(self.labels or range(self.num_classes)),
+                "confusion_matrix": self.confusion_matrix.tolist()}
+
     @staticmethod
     def _check(logits: torch.Tensor, labels: torch.Tensor) -> None:
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
@@ -58,7 +75,7 @@ class SequenceLabeling(Objective):
     def loss(self, out: dict, batch: dict) -> torch.Tensor:
         logits, labels = out["logits"], batch["labels"]
         self._check(logits, labels)
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.flatten(), ignore_index=IGNORE_INDEX,
                                label_smoothing=self.label_smoothing)
 
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,3 +85,19 @@ class SequenceLabeling(Objective):
         out = self(batch)
         probs = out["logits"].softmax(-1)  # [B, L, C]
         return {"pred": probs.argmax(-1), "prob": probs, "mask": out["mask"], "ids": batch.get("ids")}
+
+
+class SequenceClassification(SequenceLabeling):
+    """One label per sequence (sentence, image, graph): ``logits [B, C]``, ``labels [B]``.
+
+    Same loss and metrics as :class:`SequenceLabeling` (accuracy, macro-F1, per-class test
+    accuracy, test confusion matrix); the head must pool (``PooledHead``).
+    """
+
+    @staticmethod
+    def _check(logits: torch.Tensor, labels: torch.Tensor) -> None:
+        if logits.dim() != 2 or labels.shape != logits.shape[:1]:
+            raise ValueError(
+                f"sequence classification needs logits [B, C] and labels [B]; got {tuple(logits.shape)} "
+                f"and {tuple(labels.shape)} (a per-token head with a per-sequence objective? use head=pooled)"
+            )
