@@ -55,7 +55,8 @@ def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.Lig
     if unknown:
         raise ValueError(f"model_overrides() may set adapter/head/objective/model, got {sorted(unknown)}")
     with open_dict(cfg):
-        cfg.head.num_outputs = int(datamodule.num_classes)
+        # classes for labeling/classification; a regression datamodule says `num_outputs` (targets)
+        cfg.head.num_outputs = int(getattr(datamodule, "num_outputs", None) or datamodule.num_classes)
         for group, values in overrides.items():
             for key, value in values.items():
                 cfg[group][key] = value

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from seqattn.bench import IMPLS, SUITES, format_core_table
+from seqattn.bench import SUITES
+from seqattn.bench.core import IMPLS, format_core_table
 
 ROOT = Path(__file__).resolve().parents[1]
 LENGTHS = (16, 32)

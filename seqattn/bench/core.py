@@ -1,11 +1,5 @@
-"""Benchmarks: ``python -m seqattn.bench SUITE [options]``.
+"""``python -m seqattn.bench core``: one attention layer, seqattn vs torch vs textbook.
 
-Suites are functions registered in :data:`SUITES` (``name -> (add_arguments, run)``);
-``core`` is the only one so far (``image`` and ``graph`` will follow). An unknown
-suite exits with status 2 and a message naming the known ones.
-
-``core`` suite
---------------
 Forward + backward of one full multi-head self-attention layer (q/k/v and output
 projections included, same weight shapes everywhere), fp32 on CPU, for several
 sequence lengths L, of four implementations:
@@ -239,7 +233,7 @@ def _context() -> Any:
 
 def run_cell_isolated(timeout: float, **kwargs: Any) -> dict[str, Any]:
     """Run :func:`measure_cell` in a fresh forked process; a dead child becomes a status."""
-    from seqattn import bench as module  # the importable name, also when run as __main__
+    from seqattn.bench import core as module  # the importable name, also when run as __main__
 
     ctx = _context()
     recv, send = ctx.Pipe(duplex=False)
@@ -400,7 +394,7 @@ def core_caption(args: argparse.Namespace, threads: int | None) -> str:
         f"Forward+backward of one multi-head self-attention layer (q/k/v/out projections included), "
         f"batch {args.batch}, width {args.dim}, {args.heads} heads, fp32, CPU ({threads or '?'} torch threads). "
         "Time: median of N steps after a warm-up step (N in the JSON). Peak MB: growth of peak RSS during one "
-        "step, each cell in a fresh process (see `seqattn/bench.py`). `torch_mha` = "
+        "step, each cell in a fresh process (see `seqattn/bench/core.py`). `torch_mha` = "
         "`nn.MultiheadAttention(batch_first=True)` called with `need_weights=False`, its fastest setting."
     )
 
@@ -476,12 +470,10 @@ def run_core(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- entry point
+# --------------------------------------------------------------------------- suite interface
 
-#: name -> (add its arguments to a sub-parser, run it with the parsed args -> exit code)
-SUITES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
-    "core": (add_core_arguments, run_core),
-}
+add_arguments = add_core_arguments
+run = run_core
 
 
 def _one(argv: list[str]) -> int:
@@ -496,29 +488,3 @@ def _one(argv: list[str]) -> int:
     parser.add_argument("--budget", type=float, default=3.0)
     print(json.dumps(measure_cell(**vars(parser.parse_args(argv)))))
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m seqattn.bench", description="seqattn benchmarks")
-    sub = parser.add_subparsers(dest="suite", metavar="suite", required=True, help=f"one of: {', '.join(SUITES)}")
-    for name, (add_arguments, run) in SUITES.items():
-        sub_parser = sub.add_parser(name)
-        add_arguments(sub_parser)
-        sub_parser.set_defaults(func=run)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "_one":
-        return _one(argv[1:])
-    parser = build_parser()
-    if argv and not argv[0].startswith("-") and argv[0] not in SUITES:
-        parser.error(f"unknown suite {argv[0]!r}; known suites: {', '.join(SUITES)}")  # exits 2
-    args = parser.parse_args(argv)
-    args.argv = argv
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

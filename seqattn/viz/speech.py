@@ -1,27 +1,14 @@
-"""Figures written into a run directory (matplotlib, headless ``Agg`` backend).
-
-Each ``plot_*`` takes ``(model, datamodule, out_dir)`` and returns the PNG path, so a
-task config selects its figure with ``plot_fn: {_target_: seqattn.viz.plot_..., _partial_: true}``.
-"""
+"""Speech figures: features, true/predicted frame labels and the attention map of one utterance."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
+from matplotlib.colors import ListedColormap
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-
-
-def _first_test_batch(datamodule):
-    if getattr(datamodule, "test_dataloader", None) is None:
-        raise ValueError("the datamodule has no test split to plot")
-    datamodule.setup("test")
-    return next(iter(datamodule.test_dataloader()))
+from seqattn.viz.common import first_test_batch, plt
 
 
 @torch.no_grad()
@@ -29,7 +16,7 @@ def plot_frame_labeling(model, datamodule, out_dir: str | Path, index: int = 0, 
     """One test utterance: its features (spectrogram), true and predicted frame labels, and the
     encoder's attention map (mean over heads of ``layer``). Returns ``out_dir/test_utterance.png``."""
     model.eval()
-    batch = _first_test_batch(datamodule)
+    batch = first_test_batch(datamodule)
     batch = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     out = model.net(batch, return_attention=[layer])
     n = int(out["mask"][index].sum())

@@ -1,0 +1,5 @@
+import sys
+
+from seqattn.bench import main
+
+sys.exit(main())
