@@ -12,3 +12,13 @@ Import the pieces you need::
 """
 
 __version__ = "0.1.0"
+
+
+def load(ckpt, device="cpu", weights_only=True):
+    """A trained model from a ``seqattn.run`` checkpoint: ``seqattn.load(path).predict(source) -> rows``.
+
+    See :class:`seqattn.predict.Predictor` (``.model``, ``.datamodule``, ``.labels``, ``.predict``).
+    """
+    from seqattn.predict import load as _load
+
+    return _load(ckpt, device=device, weights_only=weights_only)

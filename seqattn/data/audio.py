@@ -213,6 +213,109 @@ def collate_frames(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"waveform": waveform, "lengths": lengths, "labels": labels, "ids": [b["id"] for b in batch]}
 
 
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au")
+
+
+def read_audio_list(source: str | Path) -> list[dict[str, str]]:
+    """What to predict on -> ``[{"path", "id"}]``.
+
+    ``source`` is an audio file, a folder (every file ending in one of ``AUDIO_SUFFIXES``, searched
+    recursively, sorted; ids are paths relative to the folder without suffix) or a manifest
+    (``.jsonl`` / ``.csv`` with a ``path`` column; segments and labels are not needed and ignored).
+    """
+    source = Path(source).expanduser()
+    if source.is_dir():
+        files = sorted(p for p in source.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        if not files:
+            raise ValueError(f"folder {source} holds no audio files ({', '.join(AUDIO_SUFFIXES)})")
+        return [{"path": str(p), "id": str(p.relative_to(source).with_suffix(""))} for p in files]
+    if not source.is_file():
+        raise ValueError(f"input {source} does not exist (expected an audio file, a folder or a manifest)")
+    if source.suffix.lower() not in (".jsonl", ".csv"):
+        return [{"path": str(source), "id": source.stem}]
+    rows: list[tuple[str, dict]] = []
+    if source.suffix.lower() == ".csv":
+        with open(source, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if "path" not in (reader.fieldnames or []):
+                raise ValueError(f"{source}:1: CSV manifest needs a 'path' column, has {reader.fieldnames}")
+            rows = [(f"{source}:{reader.line_num}", row) for row in reader if (row.get("path") or "").strip()]
+    else:
+        with open(source, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    raw = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{source}:{lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
+                if not isinstance(raw, dict) or not raw.get("path"):
+                    raise ValueError(f"{source}:{lineno}: expected a JSON object with a 'path', got {line.strip()!r}")
+                rows.append((f"{source}:{lineno}", raw))
+    items = []
+    for where, raw in rows:
+        audio = (source.parent / str(raw["path"]).strip()).expanduser()
+        if not audio.is_file():
+            raise ValueError(f"{where}: audio file {audio} does not exist")
+        try:
+            ident = str(audio.relative_to(source.parent).with_suffix(""))
+        except ValueError:
+            ident = str(audio.with_suffix(""))
+        items.append({"path": str(audio), "id": ident})
+    if not items:
+        raise ValueError(f"manifest {source} lists no audio files")
+    return items
+
+
+class AudioFileDataset(Dataset):
+    """Unlabelled audio files for prediction: ``__getitem__`` -> ``dict(waveform [T] float32, id str)``."""
+
+    def __init__(self, items: Sequence[Mapping[str, str]], sample_rate: int, win: int) -> None:
+        self.items, self.sample_rate, self.win = list(items), sample_rate, win
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = self.items[index]
+        wav = load_audio(item["path"], self.sample_rate)  # [T]
+        if wav.numel() < self.win:
+            raise ValueError(f"{item['path']}: {wav.numel()} samples is shorter than the analysis window "
+                             f"({self.win} samples): nothing to label")
+        return {"waveform": wav, "id": item["id"]}
+
+
+def collate_audio(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Unlabelled items -> ``dict(waveform [B, T_max] zero-padded, lengths [B] long, ids list[str])``."""
+    lengths = torch.tensor([b["waveform"].numel() for b in batch], dtype=torch.long)  # [B]
+    waveform = torch.zeros(len(batch), int(lengths.max()))  # [B, T_max]
+    for i, b in enumerate(batch):
+        waveform[i, : lengths[i]] = b["waveform"]
+    return {"waveform": waveform, "lengths": lengths, "ids": [b["id"] for b in batch]}
+
+
+def frames_to_segments(labels: Sequence[str], num_samples: int, sample_rate: int, win: int,
+                       hop: int) -> list[list]:
+    """Per-frame labels -> merged ``[[start_s, end_s, label], ...]`` (runs of equal labels).
+
+    Frame ``i`` is labelled at its centre sample ``c_i = i * hop + win // 2`` (see
+    :func:`~seqattn.adapters.audio.frame_labels`); a run of frames ``i..j`` covers from the midpoint
+    ``c_i - hop / 2`` to ``c_j + hop / 2``, the first run starts at 0 and the last ends at the end
+    of the audio. Feeding these segments back through ``frame_labels`` gives ``labels`` again.
+    """
+    segments: list[list] = []
+    n = len(labels)
+    duration = num_samples / sample_rate
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or labels[i] != labels[start]:
+            begin = 0.0 if start == 0 else ((start - 1) * hop + win // 2 + hop / 2) / sample_rate
+            end = duration if i == n else ((i - 1) * hop + win // 2 + hop / 2) / sample_rate
+            segments.append([round(begin, 6), round(end, 6), labels[start]])
+            start = i
+    return segments
+
+
 # ---------------------------------------------------------------------------------------------
 # splitting
 
@@ -420,3 +523,43 @@ class SpeechDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
+
+    # -- prediction (the predict protocol of seqattn.predict) -------------------------------
+    def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
+        """Batches of unlabelled audio: an audio file, a folder of audio files or a manifest (see
+        :func:`read_audio_list`). Batches: ``waveform [B, T]``, ``lengths [B]``, ``ids``. Needs no
+        ``setup()``: the framing comes from this datamodule's config (the checkpoint's)."""
+        if batch_size is not None and batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        dataset = AudioFileDataset(read_audio_list(source), self.sample_rate, self.win)
+        return DataLoader(dataset, batch_size=batch_size or self.batch_size, shuffle=False,
+                          num_workers=self.num_workers, collate_fn=collate_audio)
+
+    def prediction_rows(self, batch: Mapping[str, Any], output: Mapping[str, Any],
+                        labels: Sequence[str] | None) -> list[dict[str, Any]]:
+        """One row per utterance: ``id``, ``duration_s``, ``hop_s``, ``frame_labels`` (one per
+        frame), ``frame_prob`` (the predicted label's probability per frame) and ``segments``
+        ``[[start_s, end_s, label], ...]`` (runs of equal frame labels; the manifest's segment format).
+
+        ``output`` is ``SequenceLabeling.predict_step``'s: ``pred [B, F]``, ``prob [B, F, C]``, ``mask [B, F]``.
+        """
+        pred, prob, mask = output["pred"], output["prob"], output["mask"]
+        if pred.dim() != 2:
+            raise ValueError(f"speech prediction rows need per-frame predictions [B, F], got {tuple(pred.shape)}")
+        names = list(labels) if labels else [str(i) for i in range(prob.shape[-1])]
+        rows = []
+        for i, ident in enumerate(batch["ids"]):
+            n = int(mask[i].sum())
+            frame_idx = pred[i, :n].tolist()
+            frame_names = [names[j] for j in frame_idx]
+            frame_prob = prob[i, :n].gather(-1, pred[i, :n, None]).squeeze(-1)  # [F]
+            samples = int(batch["lengths"][i])
+            rows.append({
+                "id": ident,
+                "duration_s": round(samples / self.sample_rate, 5),
+                "hop_s": self.hop / self.sample_rate,
+                "frame_labels": frame_names,
+                "frame_prob": [round(float(p), 5) for p in frame_prob],
+                "segments": frames_to_segments(frame_names, samples, self.sample_rate, self.win, self.hop),
+            })
+        return rows

@@ -108,6 +108,11 @@ class Objective(L.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self.model_step(batch, "test")
 
+    def predict_step(self, batch: dict, batch_idx: int) -> dict:
+        """Raw network output for ``seqattn.predict`` (objectives override with probabilities etc.)."""
+        out = self(batch)
+        return {"logits": out["logits"], "mask": out["mask"], "ids": batch.get("ids")}
+
     def configure_optimizers(self):
         optimizer = instantiate(self.optimizer_cfg, params=self.parameters())
         if not self.scheduler_cfg:

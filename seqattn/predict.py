@@ -1,0 +1,191 @@
+"""Predict with a trained checkpoint: ``python -m seqattn.predict ckpt=PATH input=FILE_OR_DIR output=FILE``.
+
+Arguments are ``key=value`` (Hydra style, no Hydra config needed: the checkpoint carries its
+own run config, label names, vocabulary and normalisation):
+
+    ckpt=PATH         a checkpoint written by ``seqattn.run`` (``<run>/checkpoints/best.ckpt``)
+    input=PATH        what the task reads: e.g. an audio file, a folder of audio files or a
+                      manifest for ``task=speech`` (see the task's README)
+    output=FILE       ``.csv`` or ``.jsonl``; omitted: JSON lines on stdout
+    batch_size=N      default: the training batch size
+    device=cpu|cuda   default: cpu
+
+The work is generic: the datamodule named by the checkpoint's ``data`` config builds the
+batches (``predict_loader(source, batch_size)``), the objective's ``predict_step`` runs the
+model and the datamodule turns each batch's output into JSON-able rows
+(``prediction_rows(batch, output, labels)``). Python::
+
+    import seqattn
+    model = seqattn.load("run/checkpoints/best.ckpt")
+    rows = model.predict("recording.wav")          # list of dicts, one per input item
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+from hydra.utils import instantiate
+
+from seqattn.checkpoint import build_model, read_checkpoint
+
+log = logging.getLogger("seqattn.predict")
+
+OUTPUT_FORMATS = (".csv", ".jsonl")
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def _to_cpu(value: Any) -> Any:
+    return _to_device(value, torch.device("cpu"))
+
+
+class Predictor:
+    """A trained model with the datamodule that reads its inputs.
+
+    Attributes:
+        model: the objective (LightningModule, eval mode); ``model.net`` is the ``SequenceModel``.
+        datamodule: the task's DataModule built from the checkpoint's ``data`` config (not set up:
+            prediction needs no training data).
+        config: the checkpoint's resolved run config (dict).
+        labels: class names (index -> name) or None (e.g. regression).
+    """
+
+    def __init__(self, model: torch.nn.Module, datamodule: Any, config: dict[str, Any],
+                 device: str | torch.device = "cpu") -> None:
+        for name in ("predict_loader", "prediction_rows"):
+            if not hasattr(datamodule, name):
+                raise ValueError(f"{type(datamodule).__name__} does not implement `{name}` (the predict protocol); "
+                                 "seqattn.predict cannot read inputs for this task")
+        if not hasattr(model, "predict_step"):
+            raise ValueError(f"{type(model).__name__} has no predict_step")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.datamodule = datamodule
+        self.config = config
+        self.labels = list(model.labels) if getattr(model, "labels", None) else None
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
+                        weights_only: bool = True) -> "Predictor":
+        checkpoint = read_checkpoint(path, weights_only=weights_only)
+        model = build_model(checkpoint)
+        config = checkpoint["seqattn_config"]
+        datamodule = instantiate(config["data"], _convert_="all")
+        return cls(model, datamodule, config, device)
+
+    def batches(self, source: str | Path, batch_size: int | None = None) -> Iterator[tuple[dict, dict]]:
+        """``(batch, output)`` pairs (on the CPU) for every batch of ``source``."""
+        loader = self.datamodule.predict_loader(source, batch_size=batch_size)
+        with torch.inference_mode():
+            for i, batch in enumerate(loader):
+                output = self.model.predict_step(_to_device(batch, self.device), i)
+                yield batch, _to_cpu(output)
+
+    def predict(self, source: str | Path, batch_size: int | None = None) -> list[dict[str, Any]]:
+        """Rows, one per input item of ``source``, in the datamodule's ``prediction_rows`` format."""
+        rows: list[dict[str, Any]] = []
+        for batch, output in self.batches(source, batch_size):
+            rows.extend(self.datamodule.prediction_rows(batch, output, self.labels))
+        return rows
+
+    def predict_to_file(self, source: str | Path, output: str | Path | None,
+                        batch_size: int | None = None) -> int:
+        """Predict and write ``output`` (``.csv`` / ``.jsonl``; None: JSON lines on stdout). Returns the row count."""
+        rows = self.predict(source, batch_size)
+        write_rows(rows, output)
+        return len(rows)
+
+
+def load(ckpt: str | Path, device: str | torch.device = "cpu", weights_only: bool = True) -> Predictor:
+    """A :class:`Predictor` from a seqattn checkpoint: ``seqattn.load(path).predict(source) -> rows``."""
+    return Predictor.from_checkpoint(ckpt, device=device, weights_only=weights_only)
+
+
+def write_rows(rows: Sequence[dict[str, Any]], output: str | Path | None) -> None:
+    """Write rows as ``.jsonl`` (one JSON object a line) or ``.csv`` (the union of the rows' keys as
+    columns; list / dict values JSON-encoded); ``output=None`` writes JSON lines to stdout."""
+    if output is None:
+        for row in rows:
+            sys.stdout.write(json.dumps(row) + "\n")
+        return
+    output = Path(output)
+    suffix = output.suffix.lower()
+    if suffix not in OUTPUT_FORMATS:
+        raise ValueError(f"output={str(output)!r}: the file name must end in one of {OUTPUT_FORMATS}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".jsonl":
+        with open(output, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        return
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    with open(output, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+
+
+USAGE = "usage: python -m seqattn.predict ckpt=PATH input=FILE_OR_DIR [output=FILE.csv|FILE.jsonl] " \
+        "[batch_size=N] [device=cpu|cuda]"
+_ARGS = {"ckpt", "input", "output", "batch_size", "device"}
+
+
+def parse_args(argv: Sequence[str]) -> dict[str, str]:
+    """``["ckpt=a.ckpt", "input=x"]`` -> ``{"ckpt": "a.ckpt", "input": "x"}``; ValueError on anything else."""
+    args: dict[str, str] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("-").replace("-", "_")
+        if not sep or key not in _ARGS:
+            raise ValueError(f"unexpected argument {arg!r}; expected key=value with key in {sorted(_ARGS)}\n{USAGE}")
+        args[key] = value
+    missing = [k for k in ("ckpt", "input") if not args.get(k)]
+    if missing:
+        raise ValueError(f"missing {missing}\n{USAGE}")
+    if "batch_size" in args:
+        try:
+            args["batch_size"] = int(args["batch_size"])  # type: ignore[assignment]
+        except ValueError:
+            raise ValueError(f"batch_size={args['batch_size']!r} must be a positive integer") from None
+        if args["batch_size"] <= 0:  # type: ignore[operator]
+            raise ValueError(f"batch_size={args['batch_size']} must be a positive integer")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__.split("\n\n    import seqattn")[0])
+        return 0 if argv else 2
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)
+    try:
+        args = parse_args(argv)
+        predictor = load(args["ckpt"], device=args.get("device", "cpu"))
+        n = predictor.predict_to_file(args["input"], args.get("output"), args.get("batch_size"))
+    except (ValueError, FileNotFoundError) as err:
+        print(f"seqattn.predict: error: {err}", file=sys.stderr)
+        return 2
+    if args.get("output"):
+        log.info("wrote %d rows to %s", n, args["output"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Shared pieces of the workflow tests (predict, fine-tune, resume, sweeps, DDP, export).
+
+Every workflow test is parametrized over ``WORKFLOW_TASKS``. To cover a new task, add ONE entry
+to ``TASKS``: the overrides of a tiny run that learns something in seconds, and a function that
+writes a few unlabelled inputs in the task's predict format (``(run_dir, cfg, folder) -> path``
+given to ``predict_loader``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from omegaconf import DictConfig
+
+QUIET = [
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "callbacks.early_stopping=null",
+    "plot=false",
+]
+
+
+def _speech_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """A folder of five test-split WAV files of the built-in corpus (different lengths)."""
+    from seqattn.data.audio import read_manifest
+    from seqattn.data.speech import generate_speech_corpus
+
+    manifest = generate_speech_corpus(cfg.data.data_dir, **cfg.data.synth)
+    folder.mkdir(parents=True, exist_ok=True)
+    items = [it for it in read_manifest(manifest) if it["split"] == "test"][:5]
+    for it in items:
+        shutil.copy(it["path"], folder / Path(it["path"]).name)
+    return folder
+
+
+@dataclass(frozen=True)
+class Task:
+    overrides: list[str]  # a tiny run of this task (seconds on 2 CPU cores)
+    predict_inputs: Callable[[DictConfig, Path], Path]  # (run config, empty folder) -> predict input
+
+
+TASKS: dict[str, Task] = {
+    "speech": Task(
+        overrides=["task=speech", "data.synth.n_train_speakers=3", "data.synth.n_val_speakers=1",
+                   "data.synth.n_test_speakers=1", "data.synth.utts_per_speaker={train:14,val:8,test:10}",
+                   "data.batch_size=8", "model.dim=48", "model.depth=2", "trainer.max_epochs=6"],
+        predict_inputs=_speech_inputs,
+    ),
+}
+WORKFLOW_TASKS = list(TASKS)
+
+
+def compose(overrides: list[str], output_dir: Path, data_dir: Path) -> DictConfig:
+    """The config ``python -m seqattn.run <overrides>`` would build, writing into ``output_dir``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from seqattn.run import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        cfg.paths.data_dir = str(data_dir)
+        del cfg.hydra
+    return cfg
+
+
+@dataclass
+class TinyRun:
+    task: str
+    cfg: DictConfig
+    metrics: dict[str, Any]
+    output_dir: Path
+
+    @property
+    def best(self) -> Path:
+        return self.output_dir / "checkpoints" / "best.ckpt"
+
+
+@pytest.fixture(scope="session")
+def workflow_data_dir(tmp_path_factory) -> Path:
+    """One data dir for the session: built-in corpora are generated once."""
+    return tmp_path_factory.mktemp("workflow_data")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, workflow_data_dir) -> Callable[[str], TinyRun]:
+    """``tiny_run(task)`` -> a trained tiny run of ``task`` (trained once per session)."""
+    from seqattn.run import train
+
+    cache: dict[str, TinyRun] = {}
+
+    def get(task: str) -> TinyRun:
+        if task not in cache:
+            out = tmp_path_factory.mktemp(f"tiny_{task}")
+            cfg = compose(TASKS[task].overrides + QUIET, out, workflow_data_dir)
+            metrics = train(cfg)
+            assert json.loads((out / "metrics.json").read_text())["task"] == task
+            cache[task] = TinyRun(task, cfg, metrics, out)
+        return cache[task]
+
+    return get
+
+
+def assert_rows_close(got: Any, want: Any, atol: float = 1e-4, where: str = "rows") -> None:
+    """Rows equal: same keys, strings and ints equal, floats within ``atol`` (recursively)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), (where, sorted(got), sorted(want))
+        for k in want:
+            assert_rows_close(got[k], want[k], atol, f"{where}.{k}")
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), (where, got, want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_rows_close(g, w, atol, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, abs=atol), (where, got, want)
+    else:
+        assert got == want, (where, got, want)
