@@ -20,6 +20,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from seqattn.finetune import apply_finetune
+
 log = logging.getLogger("seqattn.run")
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"  # a source checkout
@@ -78,6 +80,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = build_objective(cfg, datamodule)
+    finetune = apply_finetune(model, cfg)  # init_from / freeze / finetune.pretrained_lr_mult
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
 
@@ -105,6 +108,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "best_checkpoint": best,
         "output_dir": str(out_dir),
     }
+    if finetune:
+        metrics["finetune"] = finetune
     if checkpoint is not None and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):

@@ -59,6 +59,8 @@ class Objective(L.LightningModule):
         self.metrics = nn.ModuleDict({f"{stage}_metrics": self.make_metrics() for stage in ("train", "val", "test")})
 
     run_config: dict | None = None  # the whole resolved run config, set by seqattn.run.train
+    # parameter name -> learning-rate multiplier (fine-tuning: pretrained parts slower); set by seqattn.finetune
+    lr_multipliers: dict[str, float] | None = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.run_config is not None:
@@ -113,8 +115,25 @@ class Objective(L.LightningModule):
         out = self(batch)
         return {"logits": out["logits"], "mask": out["mask"], "ids": batch.get("ids")}
 
+    def parameter_groups(self) -> list:
+        """The trainable parameters (frozen ones left out), grouped by ``lr_multipliers`` when set:
+        ``[{"params": [...], "lr": lr * mult}, ...]``."""
+        named = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("no trainable parameters: everything is frozen (see the run's `freeze` option)")
+        if not self.lr_multipliers:
+            return [p for _, p in named]
+        lr = self.optimizer_cfg.get("lr")
+        if lr is None:
+            raise ValueError(f"lr_multipliers need optimizer.lr; the optimizer config is {self.optimizer_cfg}")
+        groups: dict[float, list] = {}
+        for name, param in named:
+            groups.setdefault(float(self.lr_multipliers.get(name, 1.0)), []).append(param)
+        return [{"params": params, "lr": lr * mult} for mult, params in sorted(groups.items(), reverse=True)]
+
     def configure_optimizers(self):
-        optimizer = instantiate(self.optimizer_cfg, params=self.parameters())
+        # partial, then called: Hydra would wrap a list of param-group dicts in an OmegaConf container
+        optimizer = instantiate(self.optimizer_cfg, _partial_=True)(params=self.parameter_groups())
         if not self.scheduler_cfg:
             return optimizer
         total = int(self.trainer.estimated_stepping_batches)
