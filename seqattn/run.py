@@ -21,6 +21,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seqattn.finetune import apply_finetune
+from seqattn.resume import resumable_train_loader, resume_config
 
 log = logging.getLogger("seqattn.run")
 
@@ -77,6 +78,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     datamodule = instantiate(cfg.data)
+    resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.resume)
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = build_objective(cfg, datamodule)
@@ -97,7 +99,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     fit_seconds = time.perf_counter() - start
 
-    checkpoint = next((c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)), None)
+    checkpoint = next((c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint) and c.monitor),
+                      None)
     best = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
     metrics: dict[str, Any] = {
         "task": cfg.task_name,
@@ -144,8 +147,26 @@ def _print_summary(metrics: dict[str, Any]) -> None:
     Console().print(table)
 
 
+def _command_line_overrides(exclude: tuple[str, ...] = ()) -> list[str]:
+    """This run's ``key=value`` command-line overrides (Hydra's), without the keys in ``exclude``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    out = []
+    for override in HydraConfig.get().overrides.task:
+        key, _, _ = override.partition("=")
+        if key.lstrip("+~") in exclude:
+            continue
+        if key.startswith(("+", "~")) or "/" in key:
+            raise ValueError(f"with resume=, only plain key=value overrides apply on top of the run's config.yaml; "
+                             f"got {override!r}")
+        out.append(override)
+    return out
+
+
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    if cfg.get("resume"):
+        cfg = resume_config(cfg.resume, _command_line_overrides(exclude=("resume",)))
     metrics = train(cfg)
     _print_summary(metrics)
     monitor = cfg.objective.get("monitor")

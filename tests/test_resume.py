@@ -1,0 +1,160 @@
+"""Resume after a crash: `python -m seqattn.run resume=PATH_TO_RUN`, atomic checkpoints, exact mid-epoch resume."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import seqattn
+from seqattn.callbacks import AtomicCheckpointIO, ExactResume
+from seqattn.resume import ResumableDataLoader, make_resumable, resume_config
+from tests.workflows import QUIET, TASKS, WORKFLOW_TASKS
+
+REPO = Path(seqattn.__file__).resolve().parents[1]
+
+
+def _loader(seed: int = 0) -> DataLoader:
+    return DataLoader(list(range(10)), batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(seed))
+
+
+def _epoch(loader, n=None):
+    """The batches of one pass (or its first ``n``, drawing no more than ``n``)."""
+    return [batch.tolist() for batch in itertools.islice(iter(loader), n)]
+
+
+def test_resumable_loader_continues_mid_epoch_with_the_same_order():
+    reference = make_resumable(_loader())
+    assert isinstance(reference, ResumableDataLoader)
+    epochs = [_epoch(reference) for _ in range(3)]
+    assert epochs[1] != epochs[2]  # shuffled anew each epoch
+
+    first = make_resumable(_loader())
+    _epoch(first)
+    assert _epoch(first, n=2) == epochs[1][:2]
+    state = torch.load(_saved(first.state_dict()), weights_only=True)
+    assert state["handed_out"] == 2
+
+    resumed = make_resumable(_loader(seed=123))  # a new process: fresh generator
+    resumed.load_state_dict(state)
+    assert _epoch(resumed) == epochs[1][2:]  # the rest of epoch 1, no batch replayed
+    assert _epoch(resumed) == epochs[2]
+
+    at_end = make_resumable(_loader(seed=7))
+    at_end.load_state_dict(resumed.state_dict())  # saved at an epoch end -> the next epoch starts
+    assert _epoch(at_end) == _epoch(reference)  # epoch 3 of both
+
+
+def _saved(obj):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+def test_rng_state_round_trips_through_a_weights_only_checkpoint():
+    callback = ExactResume()
+    state = torch.load(_saved(callback.state_dict()), weights_only=True)
+    expected = (torch.rand(3), np.random.rand(2), random.random())
+    torch.rand(5), np.random.rand(5), random.random()
+    callback.load_state_dict(state)  # restored at the first training batch after resuming
+    callback.on_train_batch_start(None, None, None, 0)
+    got = (torch.rand(3), np.random.rand(2), random.random())
+    torch.testing.assert_close(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    assert got[2] == expected[2]
+
+
+def test_a_crash_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO()
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(4)}, "global_step": 1}, path)
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a zip file")  # some bytes reach the disk, then the process dies
+        raise KeyboardInterrupt("killed while saving")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(4)}, "global_step": 2}, path)
+    monkeypatch.undo()
+    previous = torch.load(path, weights_only=True)
+    assert previous["global_step"] == 1 and previous["state_dict"]["w"].sum() == 4
+    assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # no temporary file left behind
+
+
+def test_resume_config_reuses_the_run_and_checks_it(tmp_path):
+    with pytest.raises(ValueError, match="no config.yaml"):
+        resume_config(tmp_path)
+    (tmp_path / "config.yaml").write_text("seed: 3\npaths: {output_dir: elsewhere}\ntrainer: {max_epochs: 2}\n")
+    with pytest.raises(ValueError, match="no checkpoints/last.ckpt"):
+        resume_config(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    cfg = resume_config(tmp_path, ["trainer.max_epochs=5"])
+    assert cfg.paths.output_dir == str(tmp_path.resolve()) and cfg.trainer.max_epochs == 5 and cfg.seed == 3
+    assert cfg.ckpt_path == str(tmp_path.resolve() / "checkpoints" / "last.ckpt")
+
+
+def _run(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), HYDRA_FULL_ERROR="1")
+    return subprocess.Popen([sys.executable, "-m", "seqattn.run", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_and_metrics(task, tmp_path):
+    """SIGKILL after the first mid-epoch checkpoint, `resume=` the run: the final weights and test
+    metrics equal those of an uninterrupted run with the same seed (CPU, deterministic)."""
+    args = TASKS[task].overrides + QUIET + [
+        "trainer.max_epochs=3", "callbacks.last_checkpoint.every_n_steps=3", f"paths.data_dir={tmp_path / 'data'}"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    _finish(_run(args + [f"hydra.run.dir={whole}"], tmp_path))
+
+    proc = _run(args + [f"hydra.run.dir={killed}"], tmp_path)
+    last = killed / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 240
+    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.kill()  # SIGKILL: no cleanup, no final checkpoint
+    proc.communicate()
+    assert last.exists(), "the run ended before its first checkpoint"
+    state = torch.load(last, map_location="cpu", weights_only=True)
+    loader_state = state["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    killed_at = state["global_step"]
+    assert not (killed / "metrics.json").exists()
+
+    out = _finish(_run([f"resume={killed}", f"hydra.run.dir={tmp_path / 'resume_logs'}"], tmp_path))
+    assert f"{killed}" in out
+
+    final_whole = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=True)
+    final_resumed = torch.load(last, weights_only=True)
+    assert final_resumed["global_step"] == final_whole["global_step"] > killed_at
+    per_epoch = final_whole["global_step"] // 3
+    assert killed_at % per_epoch != 0, (killed_at, per_epoch)  # killed mid-epoch, not at an epoch end
+    assert loader_state["handed_out"] == killed_at % per_epoch
+    for name, value in final_whole["state_dict"].items():
+        torch.testing.assert_close(final_resumed["state_dict"][name], value, rtol=0, atol=0, msg=name)
+    metrics_whole = json.loads((whole / "metrics.json").read_text())
+    metrics_resumed = json.loads((killed / "metrics.json").read_text())
+    test_keys = [k for k in metrics_whole if k.startswith("test/")]
+    assert test_keys and {k: metrics_resumed[k] for k in test_keys} == {k: metrics_whole[k] for k in test_keys}
