@@ -1,0 +1,54 @@
+"""Hydra multirun: `python -m seqattn.run -m model.heads=2,4` writes one summary table of the runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import seqattn
+from seqattn.sweep import summarize
+from tests.workflows import QUIET, TASKS, WORKFLOW_TASKS
+
+REPO = Path(seqattn.__file__).resolve().parents[1]
+
+
+def test_summarize_lists_each_job_with_its_overrides_and_metrics(tmp_path):
+    for job, heads, acc in (("0", 2, 0.5), ("1", 4, 0.75)):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "overrides.yaml").write_text(f"- model.heads={heads}\n- task=speech\n")
+        (tmp_path / job / "metrics.json").write_text(json.dumps(
+            {"task": "speech", "test/acc": acc, "epochs": 3, "confusion_matrix": [[1]], "output_dir": "x"}))
+    (tmp_path / "2").mkdir()  # a job that crashed: no metrics.json
+    path = summarize(tmp_path)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["job"], r["model.heads"], float(r["test/acc"])) for r in rows] == [("0", "2", 0.5), ("1", "4", 0.75)]
+    assert "task" not in rows[0] and "confusion_matrix" not in rows[0]
+    md = (tmp_path / "summary.md").read_text()
+    assert "| job | model.heads | test/acc | epochs |" in md and "| 1 | 4 | 0.7500 | 3 |" in md
+    assert "Same in every job: task=speech" in md
+    assert summarize(tmp_path / "2") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+def test_multirun_writes_a_summary_of_its_runs(task, tmp_path):
+    sweep = tmp_path / "sweep"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), HYDRA_FULL_ERROR="1")
+    overrides = TASKS[task].overrides + QUIET + ["trainer.max_epochs=1", f"paths.data_dir={tmp_path / 'data'}",
+                                                 f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.run([sys.executable, "-m", "seqattn.run", "-m", *overrides, "model.heads=2,4"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    with open(sweep / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["model.heads"] for r in rows] == ["2", "4"]
+    for row in rows:
+        assert 0.0 <= float(row["test/acc"]) <= 1.0
+    assert (sweep / "summary.md").read_text().count("\n") >= 4
