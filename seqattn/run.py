@@ -18,6 +18,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seqattn.finetune import apply_finetune
@@ -75,7 +76,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # DDP: every rank runs this function; only rank 0 writes the run's files (Lightning's loggers and
+    # checkpoints do the same), the other ranks only read the data and train
+    is_rank_zero = rank_zero_only.rank == 0
+    if is_rank_zero:
+        out_dir.mkdir(parents=True, exist_ok=True)
 
     datamodule = instantiate(cfg.data)
     resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.resume)
@@ -83,7 +88,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.setup("fit")
     model = build_objective(cfg, datamodule)
     finetune = apply_finetune(model, cfg)  # init_from / freeze / finetune.pretrained_lr_mult
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if is_rank_zero:
+        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
 
     callbacks = _instantiate_all(cfg.get("callbacks"))
@@ -122,6 +128,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             metrics.update(model.test_summary())
         if best:  # keep the in-memory model at the tested (best) weights for the figures
             model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
+    if not trainer.is_global_zero:
+        return metrics
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if cfg.get("plot") and cfg.get("plot_fn") is not None:
         figure = instantiate(cfg.plot_fn)(model, datamodule, out_dir)

@@ -1,0 +1,61 @@
+"""Scale-out: `trainer=ddp` (2 CPU processes, gloo) and `trainer.precision=bf16-mixed`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import seqattn
+from seqattn.run import train
+from tests.workflows import QUIET, TASKS, WORKFLOW_TASKS, compose, workflow_data_dir  # noqa: F401
+
+REPO = Path(seqattn.__file__).resolve().parents[1]
+
+
+def _seqattn_run(args: list[str], cwd: Path) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), HYDRA_FULL_ERROR="1")
+    proc = subprocess.run([sys.executable, "-m", "seqattn.run", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+def test_ddp_on_two_cpu_processes_writes_one_run_directory(task, tmp_path):
+    common = TASKS[task].overrides + QUIET + ["trainer.max_epochs=1", "+trainer.limit_train_batches=4",
+                                              f"paths.data_dir={tmp_path / 'data'}"]
+    _seqattn_run(common + [f"hydra.run.dir={tmp_path / 'single'}"], tmp_path)
+    out = _seqattn_run(common + ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                                 f"hydra.run.dir={tmp_path / 'ddp'}"], tmp_path)
+    assert "world_size: 2" in out or "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in out, out[-3000:]
+    # one run directory (no per-rank copies, nothing under ./outputs) with one set of artefacts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "ddp", "single"]
+    ddp = tmp_path / "ddp"
+    assert (ddp / "config.yaml").is_file() and (ddp / "checkpoints" / "last.ckpt").is_file()
+    assert sorted(p.name for p in (ddp / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert not (ddp / ".hydra" / "train_ddp_process_1").exists()
+    single = json.loads((tmp_path / "single" / "metrics.json").read_text())
+    multi = json.loads((ddp / "metrics.json").read_text())
+    assert sorted(multi) == sorted(single)  # same metrics, same shapes
+    for key, value in single.items():
+        if key.startswith("test/"):
+            assert isinstance(multi[key], float) and math.isfinite(multi[key])
+        elif key == "confusion_matrix":
+            assert len(multi[key]) == len(value) and len(multi[key][0]) == len(value[0])
+
+
+@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+def test_bf16_mixed_precision_runs_on_cpu(task, tmp_path, workflow_data_dir):
+    cfg = compose(TASKS[task].overrides + QUIET + ["trainer.max_epochs=1", "+trainer.limit_train_batches=3",
+                                                   "trainer.precision=bf16-mixed"], tmp_path / "bf16",
+                  workflow_data_dir)
+    metrics = train(cfg)
+    assert all(math.isfinite(v) for k, v in metrics.items() if k.startswith("test/"))
+    assert metrics["test/loss"] > 0
