@@ -1,0 +1,140 @@
+"""Export a trained network: ``python -m seqattn.export ckpt=PATH format=onnx|torchscript [output=FILE]``.
+
+Arguments are ``key=value``:
+
+    ckpt=PATH                 a checkpoint written by ``seqattn.run``
+    format=onnx|torchscript   ``onnx`` needs ``pip install "seqattn[export]"`` (onnx, onnxscript, onnxruntime);
+                              it does not work yet for the speech model (see _export_onnx)
+    output=FILE               default: next to the checkpoint, ``<ckpt stem>.onnx`` / ``.ts``
+    input=PATH                optional: example inputs in the task's predict format (else a batch of
+                              the run's test split, which needs its data)
+
+The exported model's inputs are the adapter's inputs, in ``adapter.inputs`` order (speech:
+``waveform [B, T]`` float32 and ``lengths [B]`` int64); its outputs are ``logits`` (``[B, L, C]``
+per token or ``[B, C]`` pooled) and ``mask [B, L]``. Both formats are traced on the example batch:
+control flow that depends on the data (checks of bad input, a sinusoidal table grown for a longer
+input) is fixed at the example's values, so export with an example as long as your longest input.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from seqattn.checkpoint import build_model, read_checkpoint
+
+log = logging.getLogger("seqattn.export")
+
+FORMATS = {"onnx": ".onnx", "torchscript": ".ts"}
+
+
+class ExportableNet(nn.Module):
+    """``SequenceModel`` with positional tensor inputs (``adapter.inputs`` order) and tuple outputs
+    ``(logits, mask)``: the form tracers and ONNX want."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.input_names = list(net.adapter.inputs)
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.net(dict(zip(self.input_names, inputs)))
+        return out["logits"], out["mask"]
+
+
+def example_batch(checkpoint: dict[str, Any], source: str | Path | None = None) -> dict[str, Any]:
+    """A batch to trace with: the first batch of ``source`` through the datamodule's ``predict_loader``,
+    else the first batch of the run's test split."""
+    datamodule = instantiate(checkpoint["seqattn_config"]["data"], _convert_="all")
+    if source is not None:
+        return next(iter(datamodule.predict_loader(source)))
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    return next(iter(datamodule.test_dataloader()))
+
+
+def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source: str | Path | None = None
+           ) -> tuple[Path, tuple[torch.Tensor, ...]]:
+    """Export the checkpoint's network; returns ``(path, example inputs)``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format={fmt!r} is not one of {sorted(FORMATS)}")
+    checkpoint = read_checkpoint(ckpt)
+    model = build_model(checkpoint)
+    wrapper = ExportableNet(model.net).eval()
+    batch = example_batch(checkpoint, source)
+    missing = [k for k in wrapper.input_names if k not in batch]
+    if missing:
+        raise ValueError(f"the example batch lacks the adapter inputs {missing}; has {sorted(batch)}")
+    inputs = tuple(batch[k] for k in wrapper.input_names)
+    output = Path(output) if output else Path(ckpt).with_suffix(FORMATS[fmt])
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        wrapper(*inputs)  # grows lazily built tables (sinusoidal positions) to the example's length first
+        if fmt == "torchscript":
+            traced = torch.jit.trace(wrapper, inputs, check_trace=False)
+            traced.save(str(output))
+        else:
+            _export_onnx(wrapper, inputs, output)
+    log.info("exported %s (inputs %s) to %s", fmt, wrapper.input_names, output)
+    return output, inputs
+
+
+def _export_onnx(wrapper: ExportableNet, inputs: tuple[torch.Tensor, ...], output: Path) -> None:
+    try:
+        import onnx  # noqa: F401
+    except ImportError as err:
+        raise ValueError('format=onnx needs the onnx packages: pip install "seqattn[export]"') from err
+    try:  # the torch.export-based exporter (the TorchScript-based one cannot export the STFT of logmel features)
+        torch.onnx.export(wrapper, inputs, str(output), input_names=wrapper.input_names,
+                          output_names=["logits", "mask"], dynamo=True)
+    except Exception as err:  # noqa: BLE001 -- torch.export raises many kinds
+        raise ValueError(
+            f"ONNX export failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Known "
+            "limitation: the adapters and the attention core branch on tensor values (input checks such as "
+            "`(lengths < 0).any()`, the all-real-tokens fast path `mask.all()`), which torch.export cannot "
+            "trace; format=torchscript works"
+        ) from err
+
+
+USAGE = "usage: python -m seqattn.export ckpt=PATH format=onnx|torchscript [output=FILE] [input=PATH]"
+_ARGS = {"ckpt", "format", "output", "input"}
+
+
+def parse_args(argv: Sequence[str]) -> dict[str, str]:
+    args: dict[str, str] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("-")
+        if not sep or key not in _ARGS:
+            raise ValueError(f"unexpected argument {arg!r}; expected key=value with key in {sorted(_ARGS)}\n{USAGE}")
+        args[key] = value
+    missing = [k for k in ("ckpt", "format") if not args.get(k)]
+    if missing:
+        raise ValueError(f"missing {missing}\n{USAGE}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0 if argv else 2
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)
+    try:
+        args = parse_args(argv)
+        path, _ = export(args["ckpt"], args["format"], args.get("output"), args.get("input"))
+    except (ValueError, FileNotFoundError) as err:
+        print(f"seqattn.export: error: {err}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

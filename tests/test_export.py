@@ -1,0 +1,68 @@
+"""`python -m seqattn.export ckpt=PATH format=onnx|torchscript`: the exported model computes what the original does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import seqattn
+from seqattn.export import main as export_main
+from seqattn.export import parse_args
+from tests.workflows import TASKS, WORKFLOW_TASKS, tiny_run, workflow_data_dir  # noqa: F401
+
+
+def _reference(run, inputs):
+    model = seqattn.load(run.best).model
+    names = list(model.net.adapter.inputs)
+    with torch.no_grad():
+        out = model.net(dict(zip(names, inputs)))
+    return out["logits"], out["mask"]
+
+
+@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+def test_torchscript_export_gives_the_same_outputs(task, tiny_run, tmp_path):
+    from seqattn.export import export
+
+    run = tiny_run(task)
+    source = TASKS[task].predict_inputs(run.cfg, tmp_path / "inputs")
+    path, inputs = export(run.best, "torchscript", tmp_path / "model.ts", source)
+    loaded = torch.jit.load(str(path))
+    logits, mask = loaded(*inputs)
+    want_logits, want_mask = _reference(run, inputs)
+    assert logits.shape == want_logits.shape and len(inputs[0]) > 1
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
+    assert torch.equal(mask, want_mask)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "onnxruntime is installed, but torch.export cannot trace the model: data-dependent branches in "
+    "seqattn.core (lengths_to_mask's `(lengths < 0).any()`, attention's `mask.all()` fast path) and in the "
+    "audio adapter's input checks; the TorchScript-based exporter fails on the logmel STFT (complex). "
+    "Remove this mark once those branches are guarded with torch.compiler.is_exporting()"))
+@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+def test_onnx_export_gives_the_same_outputs_in_onnxruntime(task, tiny_run, tmp_path):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install 'seqattn[export]'")
+    pytest.importorskip("onnx", reason="onnx not installed: pip install 'seqattn[export]'")
+    run = tiny_run(task)
+    source = TASKS[task].predict_inputs(run.cfg, tmp_path / "inputs")
+    out = tmp_path / "model.onnx"
+    assert export_main([f"ckpt={run.best}", "format=onnx", f"output={out}", f"input={source}"]) == 0
+    from seqattn.export import export
+
+    _, inputs = export(run.best, "onnx", tmp_path / "again.onnx", source)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    logits, mask = session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})
+    want_logits, want_mask = _reference(run, inputs)
+    torch.testing.assert_close(torch.from_numpy(logits), want_logits, rtol=1e-4, atol=1e-4)
+    assert torch.equal(torch.from_numpy(mask), want_mask)
+
+
+def test_export_arguments_are_checked(tmp_path):
+    with pytest.raises(ValueError, match=r"missing \['format'\]"):
+        parse_args(["ckpt=a.ckpt"])
+    with pytest.raises(ValueError, match="unexpected argument 'fmt=onnx'"):
+        parse_args(["ckpt=a", "fmt=onnx"])
+    bad = tmp_path / "bad.ckpt"
+    bad.write_text("not a checkpoint")
+    assert export_main([f"ckpt={bad}", "format=torchscript"]) == 2
