@@ -3,17 +3,17 @@
 Arguments are ``key=value``:
 
     ckpt=PATH                 a checkpoint written by ``seqattn.run``
-    format=onnx|torchscript   ``onnx`` needs ``pip install "seqattn[export]"`` (onnx, onnxscript, onnxruntime);
-                              it does not work yet for the speech model (see _export_onnx)
+    format=onnx|torchscript   ``onnx`` needs ``pip install "seqattn[export]"`` (onnx, onnxscript, onnxruntime)
     output=FILE               default: next to the checkpoint, ``<ckpt stem>.onnx`` / ``.ts``
     input=PATH                optional: example inputs in the task's predict format (else a batch of
                               the run's test split, which needs its data)
 
 The exported model's inputs are the adapter's inputs, in ``adapter.inputs`` order (speech:
 ``waveform [B, T]`` float32 and ``lengths [B]`` int64); its outputs are ``logits`` (``[B, L, C]``
-per token or ``[B, C]`` pooled) and ``mask [B, L]``. Both formats are traced on the example batch:
-control flow that depends on the data (checks of bad input, a sinusoidal table grown for a longer
-input) is fixed at the example's values, so export with an example as long as your longest input.
+per token or ``[B, C]`` pooled) and ``mask [B, L]``. ONNX (``torch.export``) keeps batch size and
+length dynamic; TorchScript is traced on the example batch. Input checks that branch on tensor
+values are skipped while exporting (``torch.compiler.is_exporting()``), and a sinusoidal table is
+sized by the example: export with an example at least as long as your longest input.
 """
 
 from __future__ import annotations
@@ -90,15 +90,18 @@ def _export_onnx(wrapper: ExportableNet, inputs: tuple[torch.Tensor, ...], outpu
         import onnx  # noqa: F401
     except ImportError as err:
         raise ValueError('format=onnx needs the onnx packages: pip install "seqattn[export]"') from err
+    from torch.export import Dim
+
+    # every axis of every input may vary (batch, length); torch.export specialises what must be fixed
+    dynamic = (tuple({axis: Dim.AUTO for axis in range(x.dim())} for x in inputs),)  # forward(*inputs)
     try:  # the torch.export-based exporter (the TorchScript-based one cannot export the STFT of logmel features)
         torch.onnx.export(wrapper, inputs, str(output), input_names=wrapper.input_names,
-                          output_names=["logits", "mask"], dynamo=True)
+                          output_names=["logits", "mask"], dynamo=True, dynamic_shapes=dynamic)
     except Exception as err:  # noqa: BLE001 -- torch.export raises many kinds
         raise ValueError(
-            f"ONNX export failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Known "
-            "limitation: the adapters and the attention core branch on tensor values (input checks such as "
-            "`(lengths < 0).any()`, the all-real-tokens fast path `mask.all()`), which torch.export cannot "
-            "trace; format=torchscript works"
+            f"ONNX export failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); code "
+            "on the model's path must not branch on tensor values under torch.compiler.is_exporting() "
+            "(format=torchscript traces instead)"
         ) from err
 
 

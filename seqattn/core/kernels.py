@@ -71,7 +71,7 @@ def sdpa_attention(
     dead = None
     if attn_mask is not None:
         dead = dead_rows(attn_mask)  # [.., L, 1]; [B, 1, 1, 1] for a padding mask
-        if dead.any():
+        if torch.compiler.is_exporting() or dead.any():  # exporting: no branch on tensor values
             attn_mask = revive_dead_rows(attn_mask, dead)
         else:
             dead = None

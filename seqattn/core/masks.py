@@ -25,7 +25,7 @@ def lengths_to_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.
     """``lengths [B]`` -> padding mask ``[B, max_len]`` bool (True = real token)."""
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D [B], got shape {tuple(lengths.shape)}")
-    if (lengths < 0).any():
+    if not torch.compiler.is_exporting() and (lengths < 0).any():  # no value check under torch.export
         raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
     max_len = int(lengths.max().item()) if max_len is None else max_len
     positions = torch.arange(max_len, device=lengths.device)  # [L]
