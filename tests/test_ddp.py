@@ -59,3 +59,25 @@ def test_bf16_mixed_precision_runs_on_cpu(task, tmp_path, workflow_data_dir):
     metrics = train(cfg)
     assert all(math.isfinite(v) for k, v in metrics.items() if k.startswith("test/"))
     assert metrics["test/loss"] > 0
+
+
+def test_slurm_launcher_config_takes_its_shape_from_the_trainer(tmp_path):
+    """conf/hydra/launcher/slurm.yaml composes (nothing is submitted): one task per device and node."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason='the optional extra: pip install "seqattn[cluster]" (hydra-submitit-launcher)')
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from seqattn.run import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4",
+                                                 "trainer.num_nodes=2"], return_hydra_config=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert launcher["_target_"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert (launcher["nodes"], launcher["tasks_per_node"], launcher["gpus_per_node"]) == (2, 4, 4)
+    assert cfg.trainer.strategy == "ddp"
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        single = hydra_compose("config", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
+    assert OmegaConf.to_container(single.hydra.launcher, resolve=True)["nodes"] == 1
