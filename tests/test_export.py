@@ -34,6 +34,29 @@ def test_torchscript_export_gives_the_same_outputs(task, tiny_run, tmp_path):
     assert torch.equal(mask, want_mask)
 
 
+def test_torchscript_traced_on_one_file_handles_a_padded_batch(tiny_run, tmp_path):
+    """Traced without padding, the module still applies the padding mask of a padded batch (the
+    all-real-tokens fast path is not taken while tracing)."""
+    from seqattn.export import export
+
+    run = tiny_run("speech")
+    source = TASKS["speech"].predict_inputs(run.cfg, tmp_path / "inputs")
+    predictor = seqattn.load(run.best)
+    names = list(predictor.model.net.adapter.inputs)
+    loader = predictor.datamodule.predict_loader(source, batch_size=64)
+    batch = next(iter(loader))
+    longest = int(batch["lengths"].argmax())  # traced at the longest length: the sinusoidal table covers all
+    one = loader.dataset.items[longest]["path"]
+    path, example = export(run.best, "torchscript", tmp_path / "one.ts", one)
+    assert len(example[0]) == 1
+    inputs = tuple(batch[n] for n in names)
+    logits, mask = torch.jit.load(str(path))(*inputs)
+    want_logits, want_mask = _reference(run, inputs)
+    assert not bool(want_mask.all())  # the batch is padded
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
+    assert torch.equal(mask, want_mask)
+
+
 @pytest.mark.parametrize("task", WORKFLOW_TASKS)
 def test_onnx_export_gives_the_same_outputs_in_onnxruntime(task, tiny_run, tmp_path):
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install 'seqattn[export]'")

@@ -135,8 +135,8 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"mask must be bool [B, S] (True = real token), got dtype {mask.dtype}")
             if mask.shape != (b, src_len):
                 raise ValueError(f"mask must be [B, S] = ({b}, {src_len}), got {tuple(mask.shape)}")
-            # (not under torch.export / ONNX export: a branch on tensor values cannot be traced)
-            if attn_mask is None and not torch.compiler.is_exporting() and bool(mask.all()):
+            # (not when exporting or tracing: a branch on tensor values would be fixed at the example's)
+            if attn_mask is None and not (torch.compiler.is_exporting() or torch.jit.is_tracing()) and bool(mask.all()):
                 mask = None  # nothing padded: keep the kernel on its mask-free fast path
         if attn_mask is not None and tuple(attn_mask.shape[-2:]) != (length, src_len):
             raise ValueError(f"attn_mask must end in (L, S) = ({length}, {src_len}), got {tuple(attn_mask.shape)}")

@@ -71,7 +71,7 @@ def sdpa_attention(
     dead = None
     if attn_mask is not None:
         dead = dead_rows(attn_mask)  # [.., L, 1]; [B, 1, 1, 1] for a padding mask
-        if torch.compiler.is_exporting() or dead.any():  # exporting: no branch on tensor values
+        if torch.compiler.is_exporting() or torch.jit.is_tracing() or dead.any():  # exporting: no value branch
             attn_mask = revive_dead_rows(attn_mask, dead)
         else:
             dead = None
