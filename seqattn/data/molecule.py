@@ -460,6 +460,7 @@ class MoleculeDataModule(L.LightningDataModule):
         self.target_columns = list(target_columns or [])
         self._kinds_arg = target_kinds
         self.split, self.val_fraction, self.test_fraction = split, val_fraction, test_fraction
+        self.skip_invalid_predict = bool(skip_invalid)  # the user's own predict input: skip only when told
         if skip_invalid is None:
             skip_invalid = source == "nci_tpsa"
         self.skip_invalid, self.positional, self.pe_dim = bool(skip_invalid), positional, pe_dim
@@ -611,7 +612,7 @@ class MoleculeDataModule(L.LightningDataModule):
         """Batches of molecules to predict: a CSV with a header and the ``smiles_column`` (and
         ``id_column`` if configured; other columns are ignored), or a ``.smi`` / ``.txt`` file with one
         SMILES (and an optional name) per line. Invalid SMILES stop with the list unless
-        ``skip_invalid``. Works without ``setup()``."""
+        ``skip_invalid=true`` was set explicitly. Works without ``setup()``."""
         path = Path(source).expanduser()
         if not path.is_file():
             raise ValueError(f"predict input {path} is not a file (expected a SMILES .csv, .smi or .txt)")
@@ -619,7 +620,7 @@ class MoleculeDataModule(L.LightningDataModule):
             records = read_smiles_lines(path)
         else:
             records = read_smiles_table(path, self.smiles_column, (), id_column=self.id_column)
-        graphs, invalid = featurize_records(records, self.skip_invalid, self.positional, self.pe_dim)
+        graphs, invalid = featurize_records(records, self.skip_invalid_predict, self.positional, self.pe_dim)
         if not graphs:
             raise ValueError(f"{path}: no valid SMILES to predict (invalid: {invalid[:10]})")
         for g in graphs:
