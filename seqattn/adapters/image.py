@@ -66,7 +66,10 @@ class ImageAdapter(nn.Module):
         grid: ``(h, w)`` token grid of ``learned2d`` (pixels: the image size; patches: size / p).
         interpolate: ``learned2d`` only: resize the table to another grid instead of raising.
         window: odd ``k``: each token attends only to its ``k×k`` grid neighbourhood; None = global.
-        mean, std: per-channel normalisation applied to the input (images in [0, 1] by default).
+        normalize: ``fixed`` -- ``(x - mean) / std`` per channel with the given values; ``image`` --
+            per image and channel over its real pixels (zero mean, unit std: the background colour,
+            which carries no class information, no longer has to be learned away).
+        mean, std: per-channel values of ``normalize="fixed"`` (images in [0, 1] by default).
         dropout: on the token vectors after the positional encoding.
 
     Returns ``Tokens(x [B, L, D], mask [B, L] | None, attn_mask [L, L] | None,
@@ -86,6 +89,7 @@ class ImageAdapter(nn.Module):
         grid: Sequence[int] | None = None,
         interpolate: bool = False,
         window: int | None = None,
+        normalize: str = "fixed",
         mean: Sequence[float] | None = (0.5, 0.5, 0.5),
         std: Sequence[float] | None = (0.25, 0.25, 0.25),
         dropout: float = 0.0,
@@ -95,6 +99,8 @@ class ImageAdapter(nn.Module):
             raise ValueError(f"unknown image mode {mode!r}; expected one of {MODES}")
         if positional not in POSITIONALS_2D:
             raise ValueError(f"unknown image positional encoding {positional!r}; expected one of {POSITIONALS_2D}")
+        if normalize not in ("fixed", "image"):
+            raise ValueError(f"normalize must be 'fixed' or 'image', got {normalize!r}")
         if in_channels < 1:
             raise ValueError(f"in_channels must be >= 1, got {in_channels}")
         if mode == "patches" and (patch_size is None or int(patch_size) < 1):
@@ -103,7 +109,7 @@ class ImageAdapter(nn.Module):
             raise ValueError(f"window must be an odd size >= 1 (a k×k neighbourhood) or None, got {window}")
         if positional == "sinusoidal2d" and dim % 4:
             raise ValueError(f"positional='sinusoidal2d' needs dim divisible by 4, got dim={dim}")
-        self.dim, self.mode, self.in_channels = dim, mode, in_channels
+        self.dim, self.mode, self.in_channels, self.normalize = dim, mode, in_channels, normalize
         self.patch = int(patch_size) if mode == "patches" else 1
         self.positional, self.interpolate = positional, interpolate
         self.window = None if window is None else int(window)
@@ -164,7 +170,15 @@ class ImageAdapter(nn.Module):
                                  f"{pixel_mask.dtype} {tuple(pixel_mask.shape)}")
             if bool(pixel_mask.all()):
                 pixel_mask = None
-        x = (images - self.mean[None, :, None, None]) / self.std[None, :, None, None]  # [B, C, H, W]
+        if self.normalize == "image":  # statistics over each image's real pixels only
+            real = (torch.ones(b, 1, height, width, dtype=images.dtype, device=images.device) if pixel_mask is None
+                    else pixel_mask[:, None].to(images.dtype))  # [B, 1, H, W]
+            count = real.sum(dim=(2, 3), keepdim=True).clamp_min(1)  # [B, 1, 1, 1]
+            mean = (images * real).sum(dim=(2, 3), keepdim=True) / count  # [B, C, 1, 1]
+            var = (((images - mean) * real) ** 2).sum(dim=(2, 3), keepdim=True) / count
+            x = (images - mean) / (var + 1e-4).sqrt()  # [B, C, H, W]
+        else:
+            x = (images - self.mean[None, :, None, None]) / self.std[None, :, None, None]  # [B, C, H, W]
         p = self.patch
         pad_h, pad_w = (-height) % p, (-width) % p
         if pad_h or pad_w:  # sides not a multiple of p: zero-pad, and mask the padding

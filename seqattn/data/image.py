@@ -325,7 +325,7 @@ class ImageDataModule(L.LightningDataModule):
         download: bool = True,
         shapes: Mapping[str, Any] | None = None,
         csv_columns: Mapping[str, str] | None = None,
-        batch_size: int = 64,
+        batch_size: int = 32,
         num_workers: int = 0,
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
@@ -400,7 +400,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def _setup_shapes(self) -> None:
         cfg = dict(self.shapes)
-        counts = {"train": cfg.pop("n_train", 4000), "val": cfg.pop("n_val", 500), "test": cfg.pop("n_test", 1000)}
+        counts = {"train": cfg.pop("n_train", 6000), "val": cfg.pop("n_val", 500), "test": cfg.pop("n_test", 1000)}
         cfg.setdefault("classes", tuple(self._labels))
         cfg["classes"] = tuple(cfg["classes"])
         if "size_range" in cfg:

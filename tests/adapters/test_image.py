@@ -50,12 +50,21 @@ def test_bad_arguments_are_rejected():
         ImageAdapter(8, positional="sinusoidal")
     with pytest.raises(ValueError, match="odd"):
         ImageAdapter(8, window=4)
+    with pytest.raises(ValueError, match="normalize"):
+        ImageAdapter(8, normalize="batch")
     with pytest.raises(ValueError, match="divisible by 4"):
         ImageAdapter(6)
     with pytest.raises(ValueError, match="grid"):
         ImageAdapter(8, positional="learned2d")
     with pytest.raises(ValueError, match=r"\[B, C, H, W\]"):
         ImageAdapter(8)(torch.rand(3, 4, 4))
+
+
+def test_per_image_normalisation_ignores_colour_offsets_and_padding():
+    adapter = ImageAdapter(8, normalize="image", positional="none")
+    images = torch.rand(1, 3, 5, 5)
+    shifted = images * 0.5 + torch.tensor([0.3, 0.1, 0.2])[None, :, None, None]  # another colour, less contrast
+    torch.testing.assert_close(adapter(images).x, adapter(shifted).x, atol=2e-3, rtol=1e-3)
 
 
 def test_sinusoidal_2d_table_splits_rows_and_columns():
@@ -92,17 +101,19 @@ def _tokens_on_grid(out, grid, size):
     {"positional": "none", "pooling": "attention"},
     {"positional": "sinusoidal2d", "pooling": "cls"},
     {"positional": "sinusoidal2d", "mode": "patches", "patch_size": 2},
+    {"positional": "sinusoidal2d", "mode": "patches", "patch_size": 3, "normalize": "image"},
 ])
 def test_padded_mixed_size_batch_equals_each_image_alone(kwargs):
     pooling = kwargs.pop("pooling", "mean")
     model = _model(pooling=pooling, **kwargs)
-    sizes = [(7, 5), (4, 8), (8, 8)]
+    sizes = [(7, 5), (4, 8), (8, 8)] if kwargs.get("patch_size") != 3 else [(7, 5), (4, 8), (9, 9)]
     alone = [torch.rand(1, 3, h, w) for h, w in sizes]
-    batch = torch.zeros(3, 3, 8, 8)
-    pixel_mask = torch.zeros(3, 8, 8, dtype=torch.bool)
+    side = max(max(s) for s in sizes)
+    batch = torch.zeros(3, 3, side, side)
+    pixel_mask = torch.zeros(3, side, side, dtype=torch.bool)
     for i, (img, (h, w)) in enumerate(zip(alone, sizes)):
         batch[i, :, :h, :w] = img[0]
-        batch[i, :, h:, :] = torch.rand(3, 8 - h, 8)  # garbage in the padding must not matter
+        batch[i, :, h:, :] = torch.rand(3, side - h, side)  # garbage in the padding must not matter
         pixel_mask[i, :h, :w] = True
     with torch.no_grad():
         batched = model({"images": batch, "pixel_mask": pixel_mask})["logits"]
