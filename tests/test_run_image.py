@@ -74,3 +74,16 @@ def test_cnn_and_local_window_run_through_the_same_recipe(compose_cfg):
     metrics = train(compose_cfg(TINY + ["adapter.window=3", "head.pooling=cls", "trainer.max_epochs=2"],
                                 run="local"))
     assert metrics["encoder"] == "Encoder" and 0.0 <= metrics["test/acc"] <= 1.0
+
+
+def test_learned_2d_positions_by_config_take_the_grid_from_the_data(compose_cfg):
+    cfg = compose_cfg(["task=image", "adapter.positional=learned2d", "data.image_size=[16,16]",
+                       "adapter.mode=patches", "adapter.patch_size=4"])
+    net = instantiate(cfg.net, head={"num_outputs": 5}, _convert_="all")
+    assert net.adapter.grid == (4, 4)
+    datamodule = instantiate(cfg.data, shapes={"n_train": 4, "n_val": 4, "n_test": 4})
+    datamodule.setup()
+    batch = next(iter(datamodule.test_dataloader()))
+    assert net(batch)["logits"].shape == (4, 5)
+    with pytest.raises(ValueError, match=r"4×4 token grid, got a 8×8 grid"):
+        net({"images": torch.rand(1, 3, 32, 32), "pixel_mask": None})
