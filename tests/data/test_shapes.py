@@ -28,8 +28,8 @@ def _nearest_centroid_accuracy(train_x, train_y, test_x, test_y, classes):
 
 
 def test_colour_does_not_give_the_class_away():
-    """A classifier on colour statistics (mean and spread of each channel, sorted pixel values)
-    is at chance; the same classifier on a spatial feature is far above it."""
+    """A classifier on colour statistics (mean and spread of each channel) stays near chance (the
+    spread carries a little area information); the same classifier on a spatial feature is far above it."""
     x, y = generate_shapes(1500, 16, split="train")
     tx, ty = generate_shapes(500, 16, split="test")
     chance = 1 / len(SHAPES)
