@@ -1,11 +1,12 @@
 """Context-free and fixed-context baselines with the encoder's interface.
 
-They replace :class:`seqattn.core.Encoder` by config (``model=no_context`` /
+They replace :class:`seqattn.core.Encoder` by config (``model=no_context`` / ``model=cnn`` /
 ``model=window_mlp``) so a recipe can show what attention adds:
 
 - :class:`TokenwiseMLP` sees one token at a time (no context at all);
 - :class:`WindowMLP` is the seed's sliding-window fully connected network: each
-  token sees the concatenation of its ±``window`` neighbours (a fixed receptive field).
+  token sees the concatenation of its ±``window`` neighbours (a fixed receptive field);
+- :class:`ConvEncoder` is a small CNN over an image adapter's 2-D token grid.
 
 ``forward(x [B, L, D] | Tokens, mask [B, L] | None, ..., return_attention) -> [B, L, D]``
 (``(out, [])`` when attention is asked for: they have none).
@@ -78,3 +79,58 @@ class WindowMLP(_Baseline):
         padded = F.pad(x, (0, 0, w, w))  # [B, L + 2w, D], zeros outside the sequence
         windows = padded.unfold(1, 2 * w + 1, 1)  # [B, L, D, 2w+1]
         return self.proj(windows.transpose(-1, -2).flatten(2))  # [B, L, (2w+1)·D] -> [B, L, D]
+
+
+class ConvEncoder(nn.Module):
+    """CNN baseline for images with the encoder's interface: ``Tokens -> [B, L, D]``.
+
+    The tokens of an image adapter (row-major over ``tokens.extra["grid"] = (h, w)``) are put back
+    on their grid and run through ``depth`` residual blocks ``x + Dropout(Conv1x1(GELU(Conv k×k(LN(x)))))``:
+    a fixed ``k×k`` receptive field per layer, where attention learns its own. Padded pixels
+    (``mask`` False) are zeroed before every convolution, exactly like the convolution's own zero
+    padding at the border, so an image in a padded batch gets the same output as alone.
+
+    Args:
+        dim: width D (channels of every convolution).
+        depth: residual conv blocks.
+        kernel_size: odd k of the k×k convolutions.
+        dropout: on each block's residual branch.
+    """
+
+    def __init__(self, dim: int, depth: int = 3, kernel_size: int = 3, dropout: float = 0.1) -> None:
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd and >= 1, got {kernel_size}")
+        self.dim = dim
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
+        self.convs = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2), nn.GELU(),
+                          nn.Conv2d(dim, dim, 1), nn.Dropout(dropout))
+            for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, mask=None, attn_mask=None, edge_index=None, return_attention=False):
+        """``x``: a :class:`Tokens` with ``extra["grid"] = (h, w)`` and ``x [B, h·w, D]`` -> ``[B, h·w, D]``."""
+        if not isinstance(x, Tokens) or "grid" not in x.extra:
+            raise ValueError("ConvEncoder needs Tokens from an image adapter (extra['grid'] = (h, w))")
+        if x.extra.get("global_token"):
+            raise ValueError("ConvEncoder has no global token; use head.pooling=mean|max|attention, not cls")
+        tokens = x
+        x, mask = tokens.x, tokens.mask if mask is None else mask
+        b, length, dim = x.shape
+        h, w = tokens.extra["grid"]
+        if dim != self.dim or length != h * w:
+            raise ValueError(f"input must be [B, h·w={h * w}, D={self.dim}], got shape {tuple(x.shape)}")
+        keep = None if mask is None else mask.view(b, 1, h, w).to(x.dtype)  # [B, 1, h, w]
+        for norm, conv in zip(self.norms, self.convs):
+            y = norm(x).transpose(1, 2).reshape(b, dim, h, w)  # [B, L, D] -> [B, D, h, w]
+            if keep is not None:
+                y = y * keep  # padding never enters a receptive field
+            x = x + conv(y).flatten(2).transpose(1, 2)  # [B, D, h, w] -> [B, L, D]
+        x = self.norm(x)
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return (x, []) if return_attention else x

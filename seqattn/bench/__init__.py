@@ -4,7 +4,10 @@ Each suite is a module of this package with ``add_arguments(parser)`` and
 ``run(args) -> exit code``, registered in :data:`SUITES`:
 
 - ``core`` (:mod:`seqattn.bench.core`): one attention layer, seqattn vs torch vs textbook,
-  time and peak memory over sequence lengths.
+  time and peak memory over sequence lengths;
+- ``image`` (:mod:`seqattn.bench.image`): training throughput (images/s), pixels vs patches, sdpa vs math;
+- ``graph`` (:mod:`seqattn.bench.graph`): the edge kernel vs PyG ``TransformerConv`` on a 1M-edge graph,
+  dense vs edge vs automatic on molecule batches, molecules/s of a training epoch.
 
 An unknown suite exits with status 2 and a message naming the known ones. Speed is
 reported as ratios measured side by side in one run, never as a timed test.
@@ -19,6 +22,7 @@ import sys
 #: suite name -> module (imported only when that suite runs)
 SUITES: dict[str, str] = {
     "core": "seqattn.bench.core",
+    "image": "seqattn.bench.image",
     "graph": "seqattn.bench.graph",
 }
 

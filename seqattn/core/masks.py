@@ -50,6 +50,25 @@ def local_window_mask(length: int, window: int, device: torch.device | None = No
     return (idx[:, None] - idx[None, :]).abs() <= window  # [L, L]
 
 
+def grid_window_mask(height: int, width: int, window: int, device: torch.device | None = None) -> torch.Tensor:
+    """``[H·W, H·W]`` bool over a row-major grid: pixel ``(r, c)`` may attend to ``(r', c')`` iff
+    ``|r - r'| <= window // 2`` and ``|c - c'| <= window // 2`` (a ``window × window`` neighbourhood).
+
+    The 2-D counterpart of :func:`local_window_mask`: a CNN's fixed receptive field as an attention mask.
+    ``window`` must be odd and >= 1 (the neighbourhood is centred on the query pixel).
+    """
+    if height <= 0 or width <= 0:
+        raise ValueError(f"grid size must be positive, got (H, W) = ({height}, {width})")
+    if window < 1 or window % 2 == 0:
+        raise ValueError(f"window must be an odd size >= 1 (a k×k neighbourhood centred on the pixel), got {window}")
+    half = window // 2
+    rows = torch.arange(height, device=device).repeat_interleave(width)  # [H·W] row of each position
+    cols = torch.arange(width, device=device).repeat(height)  # [H·W] column of each position
+    near_rows = (rows[:, None] - rows[None, :]).abs() <= half  # [H·W, H·W]
+    near_cols = (cols[:, None] - cols[None, :]).abs() <= half  # [H·W, H·W]
+    return near_rows & near_cols
+
+
 def causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
     """``[L, L]`` bool lower triangle: token ``i`` may attend to ``j <= i``."""
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
