@@ -66,6 +66,12 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
         raise ValueError(f"format={fmt!r} is not one of {sorted(FORMATS)}")
     checkpoint = read_checkpoint(ckpt)
     model = build_model(checkpoint)
+    adapter = model.net.adapter
+    if not getattr(adapter, "exportable", True):
+        raise ValueError(
+            f"{type(adapter).__name__} cannot be exported: it builds its attention structure per batch in "
+            "Python, which a trace or torch.export would freeze to the example; use seqattn.load(ckpt).predict"
+        )
     wrapper = ExportableNet(model.net).eval()
     batch = example_batch(checkpoint, source)
     missing = [k for k in wrapper.input_names if k not in batch]

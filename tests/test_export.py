@@ -8,7 +8,7 @@ import torch
 import seqattn
 from seqattn.export import main as export_main
 from seqattn.export import parse_args
-from tests.workflows import TASKS, WORKFLOW_TASKS, tiny_run, workflow_data_dir  # noqa: F401
+from tests.workflows import EXPORT_TASKS, TASKS, WORKFLOW_TASKS, tiny_run, workflow_data_dir  # noqa: F401
 
 
 def _reference(run, inputs):
@@ -19,7 +19,7 @@ def _reference(run, inputs):
     return out["logits"], out["mask"]
 
 
-@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+@pytest.mark.parametrize("task", EXPORT_TASKS)
 def test_torchscript_export_gives_the_same_outputs(task, tiny_run, tmp_path):
     from seqattn.export import export
 
@@ -57,7 +57,7 @@ def test_torchscript_traced_on_one_file_handles_a_padded_batch(tiny_run, tmp_pat
     assert torch.equal(mask, want_mask)
 
 
-@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+@pytest.mark.parametrize("task", EXPORT_TASKS)
 def test_onnx_export_gives_the_same_outputs_in_onnxruntime(task, tiny_run, tmp_path):
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install 'seqattn[export]'")
     pytest.importorskip("onnx", reason="onnx not installed: pip install 'seqattn[export]'")
@@ -88,3 +88,15 @@ def test_export_arguments_are_checked(tmp_path):
     bad = tmp_path / "bad.ckpt"
     bad.write_text("not a checkpoint")
     assert export_main([f"ckpt={bad}", "format=torchscript"]) == 2
+
+
+@pytest.mark.parametrize("task", [t for t in WORKFLOW_TASKS if t not in EXPORT_TASKS])
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_graph_models_are_refused_with_a_reason(task, fmt, tiny_run, tmp_path):
+    from seqattn.export import export
+
+    run = tiny_run(task)
+    source = TASKS[task].predict_inputs(run.cfg, tmp_path / "inputs")
+    with pytest.raises(ValueError, match="cannot be exported"):
+        export(run.best, fmt, tmp_path / "model.out", source)
+    assert not (tmp_path / "model.out").exists()

@@ -38,10 +38,33 @@ def _speech_inputs(cfg: DictConfig, folder: Path) -> Path:
     return folder
 
 
+def _image_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """A folder of five PNG files drawn by the built-in shapes generator."""
+    from PIL import Image
+
+    from seqattn.data.shapes import generate_shapes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    images, _ = generate_shapes(5, image_size=16, seed=123, split="test", classes=tuple(cfg.data.shapes.classes))
+    for i, image in enumerate(images):
+        array = (image.transpose(1, 2, 0) * 255).round().astype("uint8")
+        Image.fromarray(array).save(folder / f"shape_{i}.png")
+    return folder
+
+
+def _molecule_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """A SMILES CSV of six molecules (no targets)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "molecules.csv"
+    path.write_text("smiles\nCCO\nc1ccccc1O\nCC(=O)Nc1ccc(O)cc1\nC\nN#Cc1ccccc1\nOC(=O)c1ccccc1C(=O)O\n")
+    return path
+
+
 @dataclass(frozen=True)
 class Task:
     overrides: list[str]  # a tiny run of this task (seconds on 2 CPU cores)
     predict_inputs: Callable[[DictConfig, Path], Path]  # (run config, empty folder) -> predict input
+    exportable: bool = True  # seqattn.export supports its adapter (graph adapters are refused)
 
 
 TASKS: dict[str, Task] = {
@@ -51,8 +74,21 @@ TASKS: dict[str, Task] = {
                    "data.batch_size=8", "model.dim=48", "model.depth=2", "trainer.max_epochs=6"],
         predict_inputs=_speech_inputs,
     ),
+    "image": Task(
+        overrides=["task=image", "data.shapes.classes=[triangle,ring]", "data.shapes.n_train=800",
+                   "data.shapes.n_val=64", "data.shapes.n_test=64", "data.batch_size=32", "adapter.mode=patches",
+                   "adapter.patch_size=2", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=4"],
+        predict_inputs=_image_inputs,
+    ),
+    "molecule": Task(
+        overrides=["task=molecule", "data.limit=400", "data.batch_size=32", "data.positional=random_walk",
+                   "model.dim=32", "model.depth=2", "trainer.max_epochs=4"],
+        predict_inputs=_molecule_inputs,
+        exportable=False,
+    ),
 }
 WORKFLOW_TASKS = list(TASKS)
+EXPORT_TASKS = [name for name, task in TASKS.items() if task.exportable]
 
 
 def compose(overrides: list[str], output_dir: Path, data_dir: Path) -> DictConfig:

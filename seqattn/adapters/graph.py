@@ -317,6 +317,9 @@ def _gib(nbytes: float) -> str:
 class GraphAdapter(nn.Module):
     """Padded graph batch -> :class:`Tokens` whose attention follows the graph.
 
+    Not exportable (``seqattn.export`` refuses it): the attention structure (k-hop edges, dense or
+    edge path) is built per batch in Python, which a trace or ``torch.export`` would freeze.
+
     Args:
         dim: model width D.
         node_features: F, width of ``x``.
@@ -382,6 +385,8 @@ class GraphAdapter(nn.Module):
         if positional != "none":
             inputs.append("pe")
         self.inputs = tuple(inputs)
+
+    exportable = False  # see the class docstring
 
     # -- checks ---------------------------------------------------------------------------------
     def _check(self, x, mask, edge_index, edge_attr, pe) -> None:

@@ -168,7 +168,8 @@ class ImageAdapter(nn.Module):
             if pixel_mask.shape != (b, height, width) or pixel_mask.dtype != torch.bool:
                 raise ValueError(f"pixel_mask must be bool [B, H, W] = {(b, height, width)}, got "
                                  f"{pixel_mask.dtype} {tuple(pixel_mask.shape)}")
-            if bool(pixel_mask.all()):
+            exporting = torch.compiler.is_exporting() or torch.jit.is_tracing()  # no branch on values there
+            if not exporting and bool(pixel_mask.all()):
                 pixel_mask = None
         if self.normalize == "image":  # statistics over each image's real pixels only
             real = (torch.ones(b, 1, height, width, dtype=images.dtype, device=images.device) if pixel_mask is None
