@@ -167,8 +167,8 @@ class TextAdapter(nn.Module):
         dropout: dropout on the token vectors.
         word_dropout: during training, replace each word by ``<unk>`` with this probability
             (teaches the model what to do with unknown words).
-        init_std: standard deviation of a ``learned`` table's random start (and of words missing
-            from a pretrained file, relative to the file's own spread: see ``pretrained``).
+        init_std: standard deviation of a ``learned`` table's random start (default ``E**-0.5``;
+            the table is read times ``sqrt(E)``, so a word vector starts at unit scale).
     """
 
     inputs = ("words",)
@@ -184,7 +184,7 @@ class TextAdapter(nn.Module):
         lowercase: bool = False,
         dropout: float = 0.0,
         word_dropout: float = 0.0,
-        init_std: float = 0.1,
+        init_std: float | None = None,
     ) -> None:
         super().__init__()
         if dim <= 0:
@@ -204,6 +204,7 @@ class TextAdapter(nn.Module):
         self.embedding, self.lowercase, self.word_dropout = embedding, bool(lowercase), float(word_dropout)
         self.dim = dim
         v = len(self.vocab)
+        self.scale = 1.0
         if embedding == "onehot":
             self.table = None
             self.proj = nn.Linear(v, dim)  # one-hot [V] -> [D]: column i is word i's vector
@@ -213,8 +214,11 @@ class TextAdapter(nn.Module):
                 weight, embedding_dim = self._pretrained(pretrained_path, embedding_dim)
             e = embedding_dim or dim
             self.table = nn.Embedding(v, e, padding_idx=PAD_INDEX)
-            # small random start (not N(0, 1)): what the table learns, not its initial noise, shapes it
-            nn.init.normal_(self.table.weight, std=init_std)
+            # a learned table is stored small (std E^-1/2) and read times sqrt(E) (as in the Transformer):
+            # its vectors start at unit scale next to the positional encoding, and Adam's fixed-size
+            # steps move them fast relative to their random start
+            self.scale = e ** 0.5 if embedding == "learned" else 1.0
+            nn.init.normal_(self.table.weight, std=init_std if init_std is not None else e ** -0.5)
             with torch.no_grad():
                 self.table.weight[PAD_INDEX] = 0.0
             if weight is not None:
@@ -278,7 +282,7 @@ class TextAdapter(nn.Module):
         column, i.e. what its one-hot vector becomes)."""
         if self.table is None:
             return self.proj.weight.t()  # [V, D]
-        return self.table.weight
+        return self.table.weight * self.scale
 
     def forward(self, words: Sequence[Sequence[str]]) -> Tokens:
         """``words`` (B sentences of words) -> Tokens(x ``[B, L, D]``, mask ``[B, L]``).
@@ -297,7 +301,7 @@ class TextAdapter(nn.Module):
         if self.table is None:
             x = self.proj(F.one_hot(looked_up, len(self.vocab)).to(self.proj.weight.dtype))  # [B, L, V] -> [B, L, D]
         else:
-            x = self.proj(self.table(looked_up))  # [B, L, E] -> [B, L, D]
+            x = self.proj(self.table(looked_up) * self.scale)  # [B, L, E] -> [B, L, D]
         x = self.dropout(x) * mask.unsqueeze(-1)
         positions = torch.arange(ids.shape[1], device=device).expand_as(ids)
         word_index = torch.where(mask, positions, torch.full_like(positions, -1))  # [B, L]
