@@ -249,3 +249,19 @@ def test_classification_datamodule_from_csv_and_predict_loader(tmp_path):
     assert batch["ids"] == ["in.txt:1", "in.txt:3"]
     with pytest.raises(ValueError, match="not a file"):
         fresh.predict_loader(tmp_path / "nope.txt")
+
+
+def test_ud_source_downloads_once_and_reads_the_treebank(tmp_path):
+    """source=ud through a file:// URL template (offline): train/dev/test are fetched, cached, read."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    for split in ("train", "dev", "test"):
+        (remote / f"xx-ud-{split}.conllu").write_text(CONLLU)
+    url = (remote / "xx-ud-{split}.conllu").as_uri().replace("%7B", "{").replace("%7D", "}")
+    dm = TaggingDataModule(source="ud", data_dir=str(tmp_path / "cache"), ud={"treebank": "xx", "url": url})
+    dm.prepare_data()
+    assert sorted(p.name for p in (tmp_path / "cache" / "ud" / "xx").glob("*.conllu")) == [
+        "xx-ud-dev.conllu", "xx-ud-test.conllu", "xx-ud-train.conllu"]
+    dm.setup()
+    assert {n: len(d) for n, d in dm.datasets.items()} == {"train": 2, "val": 2, "test": 2}
+    assert "VERB" in dm.label_names and "saw" in dm.ambiguous_words
