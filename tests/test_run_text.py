@@ -111,3 +111,16 @@ def test_classification_pooling_by_config(compose_cfg, pooling):
     metrics = train(cfg)
     model = SequenceClassification.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu")
     assert model.net.global_token is None and model.net.head.pooling == pooling
+
+
+@pytest.mark.slow
+def test_attention_beats_the_window_baseline_on_far_decided_words(compose_cfg):
+    """On a small built-in corpus, the words whose deciding cue is beyond ±4 words: attention tags
+    them well, the ±4 window tagger is near chance (the two readings look the same inside its window)."""
+    common = ["task=text_tagging", "data.synth.n_train=2000", "data.synth.n_val=200", "data.synth.n_test=400",
+              "data.batch_size=32", "model.dim=48", "model.depth=2", "trainer.max_epochs=8", "plot=false", *QUIET]
+    attention = train(compose_cfg([*common, "model.heads=4"], run="attention"))
+    window = train(compose_cfg([*common, "model=window_mlp", "model.dim=48", "model.depth=2"], run="window"))
+    assert window["test/acc_far"] < 0.75, window
+    assert attention["test/acc_far"] > window["test/acc_far"] + 0.2, (attention, window)
+    assert attention["test/acc_ambiguous"] > window["test/acc_ambiguous"] + 0.05
