@@ -49,9 +49,9 @@ class SequenceLabeling(Objective):
             self.test_per_class.update(preds, targets)
             self.test_confusion.update(preds, targets)
             for name, subset in (self._subsets or {}).items():
-                keep = subset.flatten().to(preds.device) & (targets != IGNORE_INDEX)  # same order as preds
-                if keep.shape != preds.shape:
+                if subset.numel() != preds.numel():
                     raise ValueError(f"subset {name!r} must have the labels' shape, got {tuple(subset.shape)}")
+                keep = subset.flatten().to(preds.device) & (targets != IGNORE_INDEX)  # same order as preds
                 counts = self._subset_counts.setdefault(name, [0, 0])
                 counts[0] += int((preds[keep] == targets[keep]).sum())
                 counts[1] += int(keep.sum())
