@@ -1,12 +1,13 @@
 """Context-free and fixed-context baselines with the encoder's interface.
 
 They replace :class:`seqattn.core.Encoder` by config (``model=no_context`` / ``model=cnn`` /
-``model=window_mlp``) so a recipe can show what attention adds:
+``model=window_mlp`` / ``model=bilstm``) so a recipe can show what attention adds:
 
 - :class:`TokenwiseMLP` sees one token at a time (no context at all);
 - :class:`WindowMLP` is the seed's sliding-window fully connected network: each
   token sees the concatenation of its ±``window`` neighbours (a fixed receptive field);
-- :class:`ConvEncoder` is a small CNN over an image adapter's 2-D token grid.
+- :class:`ConvEncoder` is a small CNN over an image adapter's 2-D token grid;
+- :class:`BiLSTM` is a bidirectional LSTM (``model=bilstm``): unbounded context, no attention.
 
 ``forward(x [B, L, D] | Tokens, mask [B, L] | None, ..., return_attention) -> [B, L, D]``
 (``(out, [])`` when attention is asked for: they have none).
@@ -131,6 +132,48 @@ class ConvEncoder(nn.Module):
                 y = y * keep  # padding never enters a receptive field
             x = x + conv(y).flatten(2).transpose(1, 2)  # [B, D, h, w] -> [B, L, D]
         x = self.norm(x)
+
+
+class BiLSTM(nn.Module):
+    """Recurrent baseline: a bidirectional LSTM stack (each token sees the whole sequence through
+    the recurrent state), with the encoder's interface. ``[B, L, D] -> [B, L, D]``.
+
+    Padding never enters the recurrence (``pack_padded_sequence``), so a padded batch gives each
+    sequence the same output as running it alone. Each direction has ``dim // 2`` units unless
+    ``hidden`` is given; a Linear maps the concatenated directions back to ``dim``.
+    """
+
+    def __init__(self, dim: int, depth: int = 2, hidden: int | None = None, dropout: float = 0.1) -> None:
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        hidden = hidden or max(dim // 2, 1)
+        if hidden < 1:
+            raise ValueError(f"hidden must be >= 1, got {hidden}")
+        self.dim, self.hidden = dim, hidden
+        self.lstm = nn.LSTM(dim, hidden, num_layers=depth, batch_first=True, bidirectional=True,
+                            dropout=dropout if depth > 1 else 0.0)
+        self.proj = nn.Linear(2 * hidden, dim)
+        self.drop = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, mask=None, attn_mask=None, edge_index=None, return_attention=False):
+        if isinstance(x, Tokens):
+            x, mask = x.x, x.mask if mask is None else mask
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
+        b, length, _ = x.shape
+        lengths = mask.sum(1) if mask is not None else torch.full((b,), length, device=x.device)  # [B]
+        out = x.new_zeros(b, length, 2 * self.hidden)  # [B, L, 2H]
+        real = lengths > 0  # an empty sequence has no recurrence: its output stays zero
+        if real.any():
+            # padding is at the end of each sequence (mask = lengths_to_mask)
+            packed = nn.utils.rnn.pack_padded_sequence(x[real], lengths[real].cpu(), batch_first=True,
+                                                       enforce_sorted=False)
+            seq, _ = self.lstm(packed)
+            seq, _ = nn.utils.rnn.pad_packed_sequence(seq, batch_first=True, total_length=length)  # [B', L, 2H]
+            out[real] = seq
+        x = self.norm(self.proj(self.drop(out)))  # [B, L, D]
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         return (x, []) if return_attention else x

@@ -1,7 +1,9 @@
 """Sequence labeling: one label per token / frame / node.
 
 Batch: ``labels [B, L]`` long with ``ignore_index`` (-100) on padding and unlabeled
-positions; network output ``logits [B, L, C]``.
+positions; network output ``logits [B, L, C]``. Optionally ``subsets``: ``{name: bool mask
+shaped like labels}``; at test time the accuracy on each subset is logged as
+``test/acc_<name>`` (e.g. the ambiguous words of a tagging corpus).
 """
 
 from __future__ import annotations
@@ -30,20 +32,38 @@ class SequenceLabeling(Objective):
         self.test_per_class = MulticlassRecall(self.num_classes, average="none", ignore_index=IGNORE_INDEX)
         self.test_confusion = MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX)
         self.confusion_matrix: torch.Tensor | None = None  # [C, C] counts (row true, column predicted)
+        self._subsets: dict | None = None  # the current test batch's subset masks
+        self._subset_counts: dict[str, list[int]] = {}  # name -> [correct, total] over the test epoch
 
     def on_test_epoch_start(self) -> None:
         self.test_per_class.reset()
         self.test_confusion.reset()
+        self._subset_counts = {}
+
+    def model_step(self, batch: dict, stage: str) -> torch.Tensor:
+        self._subsets = batch.get("subsets") if stage == "test" else None
+        return super().model_step(batch, stage)
 
     def update_stage_metrics(self, stage: str, preds: torch.Tensor, targets: torch.Tensor) -> None:
         if stage == "test":
             self.test_per_class.update(preds, targets)
             self.test_confusion.update(preds, targets)
+            for name, subset in (self._subsets or {}).items():
+                if subset.numel() != preds.numel():
+                    raise ValueError(f"subset {name!r} must have the labels' shape, got {tuple(subset.shape)}")
+                keep = subset.flatten().to(preds.device) & (targets != IGNORE_INDEX)  # same order as preds
+                counts = self._subset_counts.setdefault(name, [0, 0])
+                counts[0] += int((preds[keep] == targets[keep]).sum())
+                counts[1] += int(keep.sum())
 
     def on_test_epoch_end(self) -> None:
         names = self.labels or [str(i) for i in range(self.num_classes)]
         per_class = self.test_per_class.compute()
         self.log_dict({f"test/acc_{name}": value for name, value in zip(names, per_class)})
+        subsets = {f"test/acc_{name}": correct / total for name, (correct, total) in self._subset_counts.items()
+                   if total}
+        if subsets:
+            self.log_dict(subsets)
         self.confusion_matrix = self.test_confusion.compute().cpu()
 
     @property
@@ -61,8 +81,11 @@ class SequenceLabeling(Objective):
         """What ``seqattn.run`` adds to ``metrics.json`` after testing."""
         if self.confusion_matrix is None:
             return {}
-        return {"labels": list(self.labels or range(self.num_classes)),
-                "confusion_matrix": self.confusion_matrix.tolist()}
+        summary = {"labels": list(self.labels or range(self.num_classes)),
+                   "confusion_matrix": self.confusion_matrix.tolist()}
+        if self._subset_counts:
+            summary["subset_sizes"] = {name: total for name, (_, total) in self._subset_counts.items()}
+        return summary
 
     @staticmethod
     def _check(logits: torch.Tensor, labels: torch.Tensor) -> None:

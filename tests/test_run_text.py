@@ -1,0 +1,126 @@
+"""End to end: `task=text_tagging` and `task=text_cls` on small built-in corpora learn, write their
+artefacts, and their checkpoints map raw words exactly as in training (no training data needed)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from seqattn.objectives import SequenceClassification, SequenceLabeling
+from seqattn.run import train
+
+QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "callbacks.early_stopping=null"]
+TAGGING = ["task=text_tagging", "data.synth.n_train=500", "data.synth.n_val=60", "data.synth.n_test=120",
+           "data.batch_size=32", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=6", *QUIET]
+CLS = ["task=text_cls", "data.synth.n_train=1200", "data.synth.n_val=100", "data.synth.n_test=200",
+       "data.batch_size=32", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=10", *QUIET]
+
+
+def _predict(model, loader):
+    model.eval()
+    outputs = []
+    with torch.no_grad():
+        for i, batch in enumerate(loader):
+            outputs.append((batch, model.predict_step(batch, i)))
+    return outputs
+
+
+def _fresh_datamodule(model):
+    """What `seqattn.predict` does: the data config from the checkpoint, no prepare_data()/setup()."""
+    return instantiate(model.run_config["data"])
+
+
+def test_tagging_recipe_learns_and_its_checkpoint_tags_raw_words(compose_cfg, tmp_path):
+    cfg = compose_cfg(TAGGING)
+    metrics = train(cfg)
+    out = Path(metrics["output_dir"])
+    assert (out / "word_embeddings.png").stat().st_size > 10_000
+    assert (out / "test_sentence.png").stat().st_size > 10_000 and metrics["figure"].endswith("test_sentence.png")
+    saved = json.loads((out / "metrics.json").read_text())
+    for key in ("test/acc", "test/f1", "test/acc_ambiguous", "test/acc_far"):
+        assert 0.0 <= saved[key] <= 1.0
+    assert metrics["test/acc"] > 0.8, metrics  # majority tag (NOUN) is ~0.3 of the words
+    assert saved["subset_sizes"]["ambiguous"] > saved["subset_sizes"]["far"] > 0
+
+    model = SequenceLabeling.load_from_checkpoint(out / "checkpoints" / "best.ckpt", map_location="cpu")
+    datamodule = instantiate(cfg.data)
+    datamodule.setup()
+    assert model.net.adapter.vocab.to_list() == datamodule.vocab.to_list()  # the tokenizer round trip
+    assert model.labels == datamodule.label_names
+
+    # raw text in, through a datamodule that never saw the training data
+    sentences = ["They can fish , paint , smoke and milk .", "I saw a saw near the old boat .",
+                 "we sell , the farmer said , water ."]
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(sentences) + "\n")
+    fresh = _fresh_datamodule(model)
+    assert fresh.vocab is None and not fresh.datasets
+    batched = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=3))
+               for row in fresh.prediction_rows(batch, output, model.labels)]
+    alone = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=1))
+             for row in fresh.prediction_rows(batch, output, model.labels)]
+    assert [r["tags"] for r in batched] == [r["tags"] for r in alone]
+    for b, a in zip(batched, alone):
+        assert b["probs"] == pytest.approx(a["probs"], abs=1e-4)
+    assert batched[0]["tokens"] == sentences[0].split() and batched[0]["id"] == "input.txt:1"
+    assert len(batched[1]["tags"]) == 9 and set(batched[1]["tags"]) <= set(model.labels)
+
+    # the loaded model predicts the test split exactly like the tested model in memory
+    trained = SequenceLabeling.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu").eval()
+    batch = next(iter(datamodule.test_dataloader()))
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch)["logits"], trained(batch)["logits"])
+
+
+def test_tagging_baselines_run_through_the_same_recipe(compose_cfg):
+    for name, encoder in (("window_mlp", "WindowMLP"), ("bilstm", "BiLSTM")):
+        overrides = [o for o in TAGGING if not o.startswith("model.heads")]
+        cfg = compose_cfg([*overrides, f"model={name}", "model.dim=32", "trainer.max_epochs=2"], run=name)
+        metrics = train(cfg)
+        assert metrics["encoder"] == encoder
+        assert "test/acc_far" in metrics and Path(metrics["figure"]).is_file()
+
+
+def test_classification_recipe_learns_and_predicts_raw_text(compose_cfg, tmp_path):
+    cfg = compose_cfg(CLS)
+    metrics = train(cfg)
+    assert metrics["test/acc"] > 0.7, metrics  # balanced classes: chance is 0.5
+    out = Path(metrics["output_dir"])
+    assert (out / "word_embeddings.png").is_file() and (out / "test_sentence.png").is_file()
+
+    model = SequenceClassification.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu")
+    assert model.net.global_token is not None  # head.pooling=cls by default
+    source = tmp_path / "reviews.csv"
+    source.write_text('text\n"The film was not bad, really."\n"good but boring ."\n"boring but good ."\n')
+    fresh = _fresh_datamodule(model)
+    rows = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=2))
+            for row in fresh.prediction_rows(batch, output, model.labels)]
+    alone = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=1))
+             for row in fresh.prediction_rows(batch, output, model.labels)]
+    assert [r["label"] for r in rows] == [r["label"] for r in alone]
+    assert [r["prob"] for r in rows] == pytest.approx([r["prob"] for r in alone], abs=1e-4)
+    assert rows[0]["id"] == "reviews.csv:2" and rows[0]["text"].startswith("The film was not bad")
+    assert {r["label"] for r in rows} <= {"neg", "pos"}
+
+
+@pytest.mark.parametrize("pooling", ["mean", "attention"])
+def test_classification_pooling_by_config(compose_cfg, pooling):
+    cfg = compose_cfg([*CLS, f"head.pooling={pooling}", "trainer.max_epochs=1", "plot=false"], run=pooling)
+    metrics = train(cfg)
+    model = SequenceClassification.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu")
+    assert model.net.global_token is None and model.net.head.pooling == pooling
+
+
+@pytest.mark.slow
+def test_attention_beats_the_window_baseline_on_far_decided_words(compose_cfg):
+    """On a small built-in corpus, the words whose deciding cue is beyond ±4 words: attention tags
+    them well, the ±4 window tagger is near chance (the two readings look the same inside its window)."""
+    common = ["task=text_tagging", "data.synth.n_train=2000", "data.synth.n_val=200", "data.synth.n_test=400",
+              "data.batch_size=32", "model.dim=48", "model.depth=2", "trainer.max_epochs=8", "plot=false", *QUIET]
+    attention = train(compose_cfg([*common, "model.heads=4"], run="attention"))
+    window = train(compose_cfg([*common, "model=window_mlp", "model.dim=48", "model.depth=2"], run="window"))
+    assert window["test/acc_far"] < 0.75, window
+    assert attention["test/acc_far"] > window["test/acc_far"] + 0.2, (attention, window)
+    assert attention["test/acc_ambiguous"] > window["test/acc_ambiguous"] + 0.05
