@@ -9,8 +9,10 @@ Arguments are ``key=value``:
                               the run's test split, which needs its data)
 
 The exported model's inputs are the adapter's inputs, in ``adapter.inputs`` order (speech:
-``waveform [B, T]`` float32 and ``lengths [B]`` int64); its outputs are ``logits`` (``[B, L, C]``
-per token or ``[B, C]`` pooled) and ``mask [B, L]``. ONNX (``torch.export``) keeps batch size and
+``waveform [B, T]`` float32 and ``lengths [B]`` int64), or its ``export_inputs`` when its own
+inputs are not tensors (text: ``ids [B, L]`` int64 from the vocabulary and ``mask [B, L]`` bool,
+see ``TextAdapter.export_inputs_from``). Graph adapters are refused (see ``GraphAdapter``); its outputs are ``logits`` (``[B, L, C]``
+per token or ``[B, C]`` pooled) and ``token_mask [B, L]``. ONNX (``torch.export``) keeps batch size and
 length dynamic; TorchScript is traced on the example batch. Input checks that branch on tensor
 values are skipped while exporting (``torch.compiler.is_exporting()``), and a sinusoidal table is
 sized by the example: export with an example at least as long as your longest input.
@@ -41,7 +43,7 @@ class ExportableNet(nn.Module):
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
         self.net = net
-        self.input_names = list(net.adapter.inputs)
+        self.input_names = list(getattr(net.adapter, "export_inputs", None) or net.adapter.inputs)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.net(dict(zip(self.input_names, inputs)))
@@ -74,6 +76,8 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
         )
     wrapper = ExportableNet(model.net).eval()
     batch = example_batch(checkpoint, source)
+    if hasattr(adapter, "export_inputs_from"):  # e.g. text: words -> ids tensors
+        batch = {**batch, **adapter.export_inputs_from(batch)}
     missing = [k for k in wrapper.input_names if k not in batch]
     if missing:
         raise ValueError(f"the example batch lacks the adapter inputs {missing}; has {sorted(batch)}")
@@ -102,7 +106,7 @@ def _export_onnx(wrapper: ExportableNet, inputs: tuple[torch.Tensor, ...], outpu
     dynamic = (tuple({axis: Dim.AUTO for axis in range(x.dim())} for x in inputs),)  # forward(*inputs)
     try:  # the torch.export-based exporter (the TorchScript-based one cannot export the STFT of logmel features)
         torch.onnx.export(wrapper, inputs, str(output), input_names=wrapper.input_names,
-                          output_names=["logits", "mask"], dynamo=True, dynamic_shapes=dynamic)
+                          output_names=["logits", "token_mask"], dynamo=True, dynamic_shapes=dynamic)
     except Exception as err:  # noqa: BLE001 -- torch.export raises many kinds
         raise ValueError(
             f"ONNX export failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); code "

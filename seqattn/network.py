@@ -43,10 +43,16 @@ class SequenceModel(nn.Module):
         self.global_token = nn.Parameter(torch.randn(dim) * 0.02) if global_token else None
 
     def tokens(self, batch: dict[str, Any]) -> Tokens:
-        missing = [k for k in self.adapter.inputs if k not in batch]
+        """The adapter's tokens for ``batch`` (its ``inputs`` keys, or its ``export_inputs`` keys when an
+        adapter with non-tensor inputs, e.g. words, is fed tensors by an exported model)."""
+        names = self.adapter.inputs
+        export_names = getattr(self.adapter, "export_inputs", None)  # tensor-only inputs (e.g. text ids)
+        if export_names and any(k not in batch for k in names) and all(k in batch for k in export_names):
+            names = export_names
+        missing = [k for k in names if k not in batch]
         if missing:
             raise ValueError(f"batch lacks {missing} needed by {type(self.adapter).__name__}; has {sorted(batch)}")
-        tokens = self.adapter(**{k: batch[k] for k in self.adapter.inputs})
+        tokens = self.adapter(**{k: batch[k] for k in names})
         if self.global_token is not None:
             tokens = prepend_global_token(tokens, self.global_token)
         return tokens

@@ -13,7 +13,7 @@ from tests.workflows import EXPORT_TASKS, TASKS, WORKFLOW_TASKS, tiny_run, workf
 
 def _reference(run, inputs):
     model = seqattn.load(run.best).model
-    names = list(model.net.adapter.inputs)
+    names = list(getattr(model.net.adapter, "export_inputs", None) or model.net.adapter.inputs)
     with torch.no_grad():
         out = model.net(dict(zip(names, inputs)))
     return out["logits"], out["mask"]
@@ -70,8 +70,11 @@ def test_onnx_export_gives_the_same_outputs_in_onnxruntime(task, tiny_run, tmp_p
     predictor = seqattn.load(run.best)
     example = next(iter(predictor.datamodule.predict_loader(source)))  # the batch export traced with
     smaller = next(iter(predictor.datamodule.predict_loader(source, batch_size=2)))  # other B and length
-    assert names == list(predictor.model.net.adapter.inputs)
+    adapter = predictor.model.net.adapter
+    assert names == list(getattr(adapter, "export_inputs", None) or adapter.inputs)
     for batch in (example, smaller):
+        if hasattr(adapter, "export_inputs_from"):  # text: words -> ids, mask
+            batch = {**batch, **adapter.export_inputs_from(batch)}
         inputs = tuple(batch[n] for n in names)
         logits, mask = session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})
         want_logits, want_mask = _reference(run, inputs)

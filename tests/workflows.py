@@ -60,6 +60,15 @@ def _molecule_inputs(cfg: DictConfig, folder: Path) -> Path:
     return path
 
 
+def _text_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """Plain text, one sentence per line (the tagging and classification predict format)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "sentences.txt"
+    path.write_text("they can fish , paint , smoke and milk .\nI saw a saw near the old boat .\n"
+                    "the film was not bad\ngood but boring\nwe sell water .\n")
+    return path
+
+
 @dataclass(frozen=True)
 class Task:
     overrides: list[str]  # a tiny run of this task (seconds on 2 CPU cores)
@@ -73,6 +82,16 @@ TASKS: dict[str, Task] = {
                    "data.synth.n_test_speakers=1", "data.synth.utts_per_speaker={train:14,val:8,test:10}",
                    "data.batch_size=8", "model.dim=48", "model.depth=2", "trainer.max_epochs=6"],
         predict_inputs=_speech_inputs,
+    ),
+    "text_tagging": Task(
+        overrides=["task=text_tagging", "data.synth.n_train=400", "data.synth.n_val=50", "data.synth.n_test=60",
+                   "data.batch_size=32", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=3"],
+        predict_inputs=_text_inputs,
+    ),
+    "text_cls": Task(
+        overrides=["task=text_cls", "data.synth.n_train=400", "data.synth.n_val=50", "data.synth.n_test=60",
+                   "data.batch_size=32", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=3"],
+        predict_inputs=_text_inputs,
     ),
     "image": Task(
         overrides=["task=image", "data.shapes.classes=[triangle,ring]", "data.shapes.n_train=800",

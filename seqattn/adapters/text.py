@@ -284,14 +284,32 @@ class TextAdapter(nn.Module):
             return self.proj.weight.t()  # [V, D]
         return self.table.weight * self.scale
 
-    def forward(self, words: Sequence[Sequence[str]]) -> Tokens:
+    #: tensor inputs for ``seqattn.export`` (strings cannot be traced): ids from :meth:`export_inputs_from`
+    export_inputs = ("ids", "mask")
+
+    def export_inputs_from(self, batch: dict) -> dict[str, torch.Tensor]:
+        """A batch with ``words`` -> ``{"ids": [B, L] long, "mask": [B, L] bool}`` for an exported model."""
+        ids, mask = self.encode(batch["words"])
+        return {"ids": ids, "mask": mask}
+
+    def forward(self, words: Sequence[Sequence[str]] | None = None, *, ids: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> Tokens:
         """``words`` (B sentences of words) -> Tokens(x ``[B, L, D]``, mask ``[B, L]``).
 
-        ``extra``: ``ids [B, L]`` vocabulary indices, ``words`` (as given) and ``word_index``
+        Or, for exported models, ``ids [B, L]`` (vocabulary indices, see :meth:`encode`) with
+        ``mask [B, L]`` instead of ``words``; both give the same tokens.
+
+        ``extra``: ``ids [B, L]`` vocabulary indices, ``words`` (as given, or None) and ``word_index``
         ``[B, L]`` (the word each position holds, -1 on padding: one word per token).
         """
         device = self.proj.weight.device if isinstance(self.proj, nn.Linear) else self.table.weight.device
-        ids, mask = self.encode(words, device)  # [B, L], [B, L]
+        if words is not None:
+            ids, mask = self.encode(words, device)  # [B, L], [B, L]
+        elif ids is None or mask is None:
+            raise ValueError("TextAdapter needs words, or ids [B, L] with mask [B, L]")
+        elif ids.dim() != 2 or mask.shape != ids.shape or mask.dtype != torch.bool:
+            raise ValueError(f"ids must be [B, L] with a bool mask of the same shape, got ids {tuple(ids.shape)} "
+                             f"and mask {mask.dtype} {tuple(mask.shape)}")
         if ids.shape[1] == 0:
             raise ValueError("every sentence in the batch is empty (0 words)")
         looked_up = ids

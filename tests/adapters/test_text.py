@@ -159,3 +159,17 @@ def test_word_dropout_only_in_training():
     adapter.train()
     torch.manual_seed(0)
     assert not torch.equal(adapter(SENTENCES * 5).x, adapter.eval()(SENTENCES * 5).x)
+
+
+def test_ids_entry_point_for_export_equals_the_words_path():
+    adapter = _adapter().eval()
+    words = [["the", "dog", "saw", "a", "saw"], ["dogs", "run"]]
+    batch = adapter.export_inputs_from({"words": words})
+    assert batch["ids"].dtype == torch.long and batch["mask"].tolist()[1] == [True, True, False, False, False]
+    by_words, by_ids = adapter(words), adapter(ids=batch["ids"], mask=batch["mask"])
+    torch.testing.assert_close(by_ids.x, by_words.x)
+    assert torch.equal(by_ids.mask, by_words.mask)
+    with pytest.raises(ValueError, match="needs words, or ids"):
+        adapter(ids=batch["ids"])
+    with pytest.raises(ValueError, match="bool mask of the same shape"):
+        adapter(ids=batch["ids"], mask=batch["mask"][:, :2])
