@@ -176,19 +176,90 @@ def edge_attention(
     qn = q.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
     kn = k.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
     vn = v.transpose(1, 2).reshape(n, h, v.shape[-1])  # [N, H, E]
-    scores = (qn.index_select(0, dst) * kn.index_select(0, src)).sum(-1) * scale  # [E, H]
-    if edge_bias is not None:
-        scores = scores + edge_bias
-    # softmax grouped by target node; the max shift cancels exactly, so it carries no gradient
+    if dropout_p > 0:  # dropout on alpha needs the autograd graph of the gathered rows
+        scores = (qn.index_select(0, dst) * kn.index_select(0, src)).sum(-1) * scale  # [E, H]
+        if edge_bias is not None:
+            scores = scores + edge_bias
+        alpha = _edge_softmax(scores, dst, n)
+        msg = vn.index_select(0, src) * F.dropout(alpha, p=dropout_p).unsqueeze(-1)  # [E, H, E_v]
+        out = torch.zeros((n, h, v.shape[-1]), dtype=v.dtype, device=v.device).index_add(0, dst, msg)
+    else:  # O(E·H) saved for backward: the gathered [E, H, D] rows are recomputed in chunks
+        out, alpha = _EdgeAttention.apply(qn, kn, vn, src, dst, edge_bias, scale)
+    return out.view(b, length, h, -1).transpose(1, 2), alpha, edge_index  # [B, H, L, E_v]
+
+
+def _edge_softmax(scores: torch.Tensor, dst: torch.Tensor, n: int) -> torch.Tensor:
+    """``scores [E, H]`` -> softmax over the edges that share a target node (``dst [E]``)."""
+    h = scores.shape[1]
+    # the max shift cancels exactly, so it carries no gradient
     row_max = torch.full((n, h), float("-inf"), dtype=scores.dtype, device=scores.device)
     row_max = row_max.scatter_reduce(0, dst[:, None].expand(-1, h), scores.detach(), "amax", include_self=True)
     expd = (scores - row_max.index_select(0, dst)).exp()  # [E, H]
     denom = torch.zeros((n, h), dtype=scores.dtype, device=scores.device).index_add(0, dst, expd)  # [N, H]
-    alpha = expd / denom.index_select(0, dst)  # [E, H]
-    dropped = F.dropout(alpha, p=dropout_p) if dropout_p > 0 else alpha
-    msg = vn.index_select(0, src) * dropped.unsqueeze(-1)  # [E, H, E_v]
-    out = torch.zeros((n, h, v.shape[-1]), dtype=v.dtype, device=v.device).index_add(0, dst, msg)  # [N, H, E_v]
-    return out.view(b, length, h, -1).transpose(1, 2), alpha, edge_index  # [B, H, L, E_v]
+    return expd / denom.index_select(0, dst)  # [E, H]
+
+
+_EDGE_CHUNK_ELEMENTS = 1 << 22  # [chunk, H, D] temporaries of at most 16 MB (fp32)
+
+
+def _edge_chunks(num_edges: int, row_elements: int):
+    step = max(1, _EDGE_CHUNK_ELEMENTS // max(1, row_elements))
+    for start in range(0, num_edges, step):
+        yield slice(start, min(start + step, num_edges))
+
+
+class _EdgeAttention(torch.autograd.Function):
+    """Edge attention without dropout, saving only ``q, k, v`` (nodes) and ``alpha [E, H]``.
+
+    Forward: ``s_e = scale·<q[dst_e], k[src_e]> + bias_e``, ``alpha = softmax_dst(s)``,
+    ``out[n] = Σ_{e: dst_e = n} alpha_e v[src_e]``. Backward recomputes the per-edge gathers
+    chunk by chunk, so no ``[E, H, D]`` tensor outlives a chunk (autograd through the plain
+    expression keeps three of them alive from forward to backward).
+    """
+
+    @staticmethod
+    def forward(ctx, qn, kn, vn, src, dst, edge_bias, scale):  # [N,H,D], [N,H,D], [N,H,Ev], [E], [E], [E,H]?
+        n, h, d = qn.shape
+        num_edges = src.shape[0]
+        scores = torch.empty((num_edges, h), dtype=qn.dtype, device=qn.device)
+        for c in _edge_chunks(num_edges, h * d):
+            scores[c] = (qn.index_select(0, dst[c]) * kn.index_select(0, src[c])).sum(-1)  # [e, H]
+        scores.mul_(scale)
+        if edge_bias is not None:
+            scores.add_(edge_bias)
+        alpha = _edge_softmax(scores, dst, n)  # [E, H]
+        out = torch.zeros((n, h, vn.shape[-1]), dtype=vn.dtype, device=vn.device)
+        for c in _edge_chunks(num_edges, h * vn.shape[-1]):
+            out.index_add_(0, dst[c], vn.index_select(0, src[c]) * alpha[c].unsqueeze(-1))
+        ctx.save_for_backward(qn, kn, vn, src, dst, alpha)
+        ctx.scale, ctx.has_bias = scale, edge_bias is not None
+        ctx.mark_non_differentiable(alpha)
+        return out, alpha
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_alpha_unused):  # grad_out [N, H, Ev]
+        qn, kn, vn, src, dst, alpha = ctx.saved_tensors
+        n, h, d = qn.shape
+        num_edges = src.shape[0]
+        grad_out = grad_out.contiguous()
+        # d alpha_e = <grad_out[dst], v[src]>; d v[src] += alpha_e grad_out[dst]
+        grad_alpha = torch.empty_like(alpha)  # [E, H]
+        grad_v = torch.zeros_like(vn)
+        for c in _edge_chunks(num_edges, h * vn.shape[-1]):
+            g = grad_out.index_select(0, dst[c])  # [e, H, Ev]
+            grad_alpha[c] = (g * vn.index_select(0, src[c])).sum(-1)
+            grad_v.index_add_(0, src[c], g * alpha[c].unsqueeze(-1))
+        # softmax backward per target: d s_e = alpha_e (d alpha_e - Σ_{e' -> same target} alpha_e' d alpha_e')
+        weighted = alpha * grad_alpha  # [E, H]
+        group = torch.zeros((n, h), dtype=alpha.dtype, device=alpha.device).index_add(0, dst, weighted)
+        grad_s = weighted - alpha * group.index_select(0, dst)  # [E, H]
+        grad_q, grad_k = torch.zeros_like(qn), torch.zeros_like(kn)
+        gs = grad_s * ctx.scale
+        for c in _edge_chunks(num_edges, h * d):
+            w = gs[c].unsqueeze(-1)  # [e, H, 1]
+            grad_q.index_add_(0, dst[c], kn.index_select(0, src[c]) * w)
+            grad_k.index_add_(0, src[c], qn.index_select(0, dst[c]) * w)
+        return grad_q, grad_k, grad_v, None, None, (grad_s if ctx.has_bias else None), None
 
 
 def edge_weights_to_dense(alpha: torch.Tensor, edge_index: torch.Tensor, batch: int, length: int) -> torch.Tensor:
