@@ -133,15 +133,18 @@ class Encoder(nn.Module):
         attn_mask: torch.Tensor | None = None,
         edge_index: torch.Tensor | None = None,
         return_attention: bool | list[int] = False,
+        edge_bias: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Encode.
 
         Args:
-            x: ``[B, L, D]`` or a :class:`Tokens` (then its mask/attn_mask/edge_index are used).
+            x: ``[B, L, D]`` or a :class:`Tokens` (then its mask/attn_mask/edge_index/edge_bias are used).
             mask: ``[B, L]`` bool, True = real token.
             attn_mask: structure ``[L, L]`` / ``[B, L, L]`` / ``[B, H, L, L]`` bool or float bias.
-            edge_index: ``[2, E]`` for ``kernel='edge'``.
+            edge_index: ``[2, E]`` graph edges; when given, every layer runs the ``edge`` kernel
+                (the structure decides, whatever ``kernel`` the encoder was built with).
             return_attention: ``True`` for every layer's weights, or a list of layer indices.
+            edge_bias: ``[E, H]`` additive score per edge and head (with ``edge_index``).
 
         Returns:
             ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B, H, L, L], ...])``.
@@ -152,6 +155,7 @@ class Encoder(nn.Module):
             mask = tokens.mask if mask is None else mask
             attn_mask = tokens.attn_mask if attn_mask is None else attn_mask
             edge_index = tokens.edge_index if edge_index is None else edge_index
+            edge_bias = tokens.edge_bias if edge_bias is None else edge_bias
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"encoder input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
         length = x.shape[1]
@@ -172,8 +176,9 @@ class Encoder(nn.Module):
         else:
             wanted = set()
         weights = []
+        graph = {} if edge_index is None else {"edge_index": edge_index, "edge_bias": edge_bias, "kernel": "edge"}
         for i, layer in enumerate(self.layers):
-            out = layer(x, mask, attn_mask, i in wanted, edge_index=edge_index, rotary=self.rotary)
+            out = layer(x, mask, attn_mask, i in wanted, rotary=self.rotary, **graph)
             if i in wanted:
                 x, w = out
                 weights.append(w)

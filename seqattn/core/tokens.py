@@ -25,6 +25,8 @@ class Tokens:
             attend) or float additive bias (``[B, H, L, L]`` allowed).
         edge_index: optional ``[2, E]`` long graph edges over flattened positions
             ``b * L + l`` (source row 0, target row 1: target attends to source).
+        edge_bias: optional ``[E, H]`` float additive attention score per edge of ``edge_index``
+            and head (e.g. edge features of a graph); the ``edge`` kernel adds it to the scores.
         extra: modality-specific side information (e.g. frame times, word alignment).
     """
 
@@ -32,6 +34,7 @@ class Tokens:
     mask: torch.Tensor | None = None
     attn_mask: torch.Tensor | None = None
     edge_index: torch.Tensor | None = None
+    edge_bias: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -44,6 +47,12 @@ class Tokens:
                 )
             if self.mask.dtype != torch.bool:
                 raise ValueError(f"Tokens.mask must be bool (True = real token), got {self.mask.dtype}")
+        if self.edge_bias is not None:
+            if self.edge_index is None:
+                raise ValueError("Tokens.edge_bias needs an edge_index (one bias row per edge)")
+            if self.edge_bias.dim() != 2 or self.edge_bias.shape[0] != self.edge_index.shape[1]:
+                raise ValueError(f"Tokens.edge_bias must be [E={self.edge_index.shape[1]}, H], "
+                                 f"got shape {tuple(self.edge_bias.shape)}")
 
     def replace(self, **changes: Any) -> "Tokens":
         return replace(self, **changes)
@@ -60,7 +69,8 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
     - ``edge_index`` over flattened ``b * L + l`` is renumbered to ``b * (L+1) + l + 1`` and gains,
       after the original ``E`` edges, the edges global->token, token->global for every real token
       and the global token's self-loop. ``extra["global_edges"]`` counts the added edges
-      (so edge features can be padded for them) and ``extra["global_token"] = True``.
+      (so edge features can be padded for them) and ``extra["global_token"] = True``;
+      ``edge_bias [E, H]`` gains zero rows for the added edges.
     """
     x = tokens.x
     b, length, dim = x.shape
@@ -94,4 +104,7 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
         ], dim=1)
         edge_index = torch.cat([edge_index, added], dim=1)
         extra["global_edges"] = added.shape[1]
-    return Tokens(x=x, mask=new_mask, attn_mask=attn_mask, edge_index=edge_index, extra=extra)
+    edge_bias = tokens.edge_bias
+    if edge_bias is not None:
+        edge_bias = torch.cat([edge_bias, edge_bias.new_zeros(extra["global_edges"], edge_bias.shape[1])])  # [E+G, H]
+    return Tokens(x=x, mask=new_mask, attn_mask=attn_mask, edge_index=edge_index, edge_bias=edge_bias, extra=extra)
