@@ -90,7 +90,7 @@ class EgoNeighborSampler(NeighborSampler):
             seg = torch.repeat_interleave(torch.arange(frontier.numel()), deg)  # [M] frontier slot per edge
             first = torch.cumsum(deg, 0) - deg  # [F] offset of each slot's first edge
             pos = start[seg] + (torch.arange(seg.numel()) - first[seg])  # [M] CSC positions
-            if k >= 0 and seg.numel() and int(deg.max()) > k:
+            if k >= 0 and seg.numel():  # always shuffle: a subgraph's node order must not depend on its batch
                 if self.hash_seed is None:
                     r = torch.rand(seg.numel(), dtype=torch.float64)
                 else:

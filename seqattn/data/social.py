@@ -49,6 +49,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 
+from seqattn.adapters.graph import GRAPH_POSITIONALS, graph_positional_encoding
 from seqattn.core.tokens import IGNORE_INDEX
 from seqattn.data.sampling import EgoNeighborSampler, ego_batch
 
@@ -266,10 +267,15 @@ def _coalesce(edge_index: torch.Tensor, edge_attr: torch.Tensor | None, num_node
     """Add reverse edges (``undirected``) and merge repeated edges (features averaged), with a log line."""
     from torch_geometric.utils import coalesce, to_undirected
 
+    loops = edge_index[0] == edge_index[1]
+    if bool(loops.any()):  # the graph adapter adds every node's self-loop itself
+        log.info("%s: %d self-loop edge(s) left out (every node attends to itself anyway)", where, int(loops.sum()))
+        edge_index = edge_index[:, ~loops]
+        edge_attr = edge_attr[~loops] if edge_attr is not None else None
     n_in = edge_index.shape[1]
     if undirected:
         edge_index, edge_attr = to_undirected(edge_index, edge_attr, num_nodes=num_nodes, reduce="mean")
-        expected = 2 * n_in - int((edge_index[0] == edge_index[1]).sum())
+        expected = 2 * n_in
     else:
         edge_index, edge_attr = coalesce(edge_index, edge_attr, num_nodes=num_nodes, reduce="mean")
         expected = n_in
@@ -419,14 +425,33 @@ def _first(items: list[dict[str, Any]]) -> dict[str, Any]:
     return items[0]
 
 
-def full_batch(graph: SocialGraph, labeled: torch.Tensor | None, name: str = "graph") -> dict[str, Any]:
+def item_positional_encoding(batch: dict[str, Any], kind: str, k: int) -> torch.Tensor:
+    """``pe [B, N, k]`` of a padded batch, each item's encoding computed on its own graph (its real
+    nodes and the edges inside it); zeros on padding."""
+    b, n = batch["mask"].shape
+    pe = torch.zeros(b, n, k)
+    src, dst = batch["edge_index"]
+    item = dst // n
+    order = torch.argsort(item, stable=True)
+    counts = torch.bincount(item, minlength=b).tolist()
+    sizes = batch["mask"].sum(1).tolist()
+    local = torch.stack([src, dst])[:, order] % n
+    for i, edges in enumerate(torch.split(local, counts, dim=1)):
+        pe[i, : sizes[i]] = graph_positional_encoding(kind, edges, sizes[i], k)
+    return pe
+
+
+def full_batch(graph: SocialGraph, labeled: torch.Tensor | None, name: str = "graph",
+               pe: torch.Tensor | None = None) -> dict[str, Any]:
     """The whole graph as one item: ``x [1, N, F]``, ``mask [1, N]``, ``edge_index [2, E]``, ``labels [1, N]``
-    (only ``labeled`` nodes keep their label), ``seed_mask [1, N]`` (every node)."""
+    (only ``labeled`` nodes keep their label), ``seed_mask [1, N]`` (every node), ``pe [1, N, K]``
+    when given (``pe [N, K]``)."""
     n = graph.num_nodes
     labels = torch.full((n,), IGNORE_INDEX, dtype=torch.long)
     if labeled is not None:
         labels[labeled] = graph.y[labeled]
-    return {
+    extra = {} if pe is None else {"pe": pe.unsqueeze(0)}
+    return {**extra,
         "x": graph.x.unsqueeze(0),
         "mask": torch.ones(1, n, dtype=torch.bool),
         "edge_index": graph.edge_index,
@@ -440,13 +465,17 @@ def full_batch(graph: SocialGraph, labeled: torch.Tensor | None, name: str = "gr
 
 
 class _WithIds:
-    """NeighborLoader transform: sampled Data -> padded batch with ``ids`` / ``node_ids``."""
+    """NeighborLoader transform: sampled Data -> padded batch with ``ids`` / ``node_ids`` (and ``pe``,
+    each subgraph's own positional encoding, when ``positional`` is not ``none``)."""
 
-    def __init__(self, ids: Sequence[str]) -> None:
+    def __init__(self, ids: Sequence[str], positional: str = "none", pe_dim: int = 8) -> None:
         self.ids = list(ids)
+        self.positional, self.pe_dim = positional, pe_dim
 
     def __call__(self, data: Data) -> dict[str, Any]:
         batch = ego_batch(data)
+        if self.positional != "none":
+            batch["pe"] = item_positional_encoding(batch, self.positional, self.pe_dim)
         index = batch["node_index"].tolist()
         batch["node_ids"] = [[self.ids[i] if i >= 0 else None for i in row] for row in index]
         batch["ids"] = [row[0] for row in batch["node_ids"]]
@@ -473,6 +502,9 @@ class SocialDataModule(L.LightningDataModule):
         mode: ``auto`` | ``full`` | ``sampled``; ``auto`` samples above ``full_batch_max_nodes``.
         num_neighbors: in-neighbours sampled per node and hop in ``sampled`` mode, ``-1`` = all.
         batch_size: seed subgraphs per batch (``sampled``); ignored in ``full`` mode.
+        positional, pe_dim: the graph positional encoding the adapter reads (``pe``): ``none`` |
+            ``laplacian`` | ``random_walk`` (the task config ties these to ``adapter.*``). Computed once
+            for the whole graph (``full``) or per sampled subgraph (``sampled``).
         steps_per_epoch: in ``full`` mode, how often one epoch steps over the whole graph
             (fewer validation/checkpoint rounds per optimizer step on tiny graphs).
         sbm: parameters of :func:`sbm_csv` (``source=sbm``).
@@ -503,6 +535,8 @@ class SocialDataModule(L.LightningDataModule):
         batch_size: int = 64,
         steps_per_epoch: int = 1,
         num_workers: int = 0,
+        positional: str = "none",
+        pe_dim: int = 8,
         sbm: dict | None = None,
     ) -> None:
         super().__init__()
@@ -519,6 +553,8 @@ class SocialDataModule(L.LightningDataModule):
         num_neighbors = [int(k) for k in num_neighbors]
         if not num_neighbors or any(k == 0 or k < -1 for k in num_neighbors):
             raise ValueError(f"num_neighbors must be positive ints or -1 (all) per hop, got {num_neighbors}")
+        if positional not in GRAPH_POSITIONALS:
+            raise ValueError(f"positional={positional!r} is not one of {GRAPH_POSITIONALS}")
         if data_dir is None:
             data_dir = os.environ.get("SEQATTN_DATA_DIR", "~/.cache/seqattn")
         self.source = source
@@ -540,7 +576,9 @@ class SocialDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.steps_per_epoch = steps_per_epoch
         self.num_workers = num_workers
+        self.positional, self.pe_dim = positional, int(pe_dim)
         self.sbm = dict(sbm or {})
+        self._pe: torch.Tensor | None = None  # [N, K] of the whole graph, computed once
         self._labels = list(labels) if labels is not None else None
         self.graph: SocialGraph | None = None
 
@@ -580,7 +618,7 @@ class SocialDataModule(L.LightningDataModule):
         g = self.graph
         if g is None:
             raise RuntimeError("model_overrides() needs setup() first")
-        return {"adapter": {"in_features": int(g.x.shape[1]),
+        return {"adapter": {"node_features": int(g.x.shape[1]),
                             "edge_features": int(g.edge_attr.shape[1]) if g.edge_attr is not None else 0}}
 
     # -- reading --------------------------------------------------------------------------
@@ -645,8 +683,13 @@ class SocialDataModule(L.LightningDataModule):
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
         return NeighborLoader(data, num_neighbors=self.num_neighbors, input_nodes=seeds, batch_size=batch_size,
                               shuffle=shuffle, generator=generator, neighbor_sampler=sampler,
-                              transform=_WithIds(ids), num_workers=self.num_workers,
+                              transform=_WithIds(ids, self.positional, self.pe_dim), num_workers=self.num_workers,
                               persistent_workers=self.num_workers > 0)
+
+    def _graph_pe(self, graph: SocialGraph) -> torch.Tensor | None:
+        if self.positional == "none":
+            return None
+        return graph_positional_encoding(self.positional, graph.edge_index, graph.num_nodes, self.pe_dim)
 
     def _loader(self, stage: str) -> DataLoader:
         if self.graph is None:
@@ -654,13 +697,31 @@ class SocialDataModule(L.LightningDataModule):
         g = self.graph
         labeled = g.nodes_of(stage)
         if self.resolved_mode(g.num_nodes) == "full":
+            if self._pe is None:
+                self._pe = self._graph_pe(g)
             times = self.steps_per_epoch if stage == "train" else 1
-            return DataLoader(_Repeat(full_batch(g, labeled), times), batch_size=1, collate_fn=_first)
+            return DataLoader(_Repeat(full_batch(g, labeled, pe=self._pe), times), batch_size=1, collate_fn=_first)
         if labeled.numel() == 0:
             log.warning("the %s split has no labeled nodes", stage)
         train = stage == "train"
         return self._sampled_loader(g.to_data(), labeled, g.ids, shuffle=train, batch_size=self.batch_size,
                                     hash_seed=None if train else self.seed)
+
+    def node_loader(self, nodes: torch.Tensor | None = None, batch_size: int | None = None) -> DataLoader:
+        """Evaluation batches that predict ``nodes`` (default: all) of the set-up graph, with every
+        labeled node's label: in ``full`` mode the whole graph (``seed_mask`` marks every node), in
+        ``sampled`` mode one deterministic ego subgraph per node of ``nodes``."""
+        if self.graph is None:
+            self.setup()
+        g = self.graph
+        labeled = torch.nonzero(g.y != IGNORE_INDEX).squeeze(1)
+        if self.resolved_mode(g.num_nodes) == "full":
+            if self._pe is None:
+                self._pe = self._graph_pe(g)
+            return DataLoader(_Repeat(full_batch(g, labeled, pe=self._pe), 1), batch_size=1, collate_fn=_first)
+        nodes = torch.arange(g.num_nodes) if nodes is None else torch.as_tensor(nodes, dtype=torch.long)
+        return self._sampled_loader(g.to_data(), nodes, g.ids, shuffle=False,
+                                    batch_size=batch_size or self.batch_size, hash_seed=self.seed)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")
@@ -688,7 +749,8 @@ class SocialDataModule(L.LightningDataModule):
         graph = SocialGraph(table.ids, table.x, torch.full((n,), IGNORE_INDEX, dtype=torch.long),
                             torch.full((n,), -1, dtype=torch.long), edge_index, edge_attr, [])
         if self.resolved_mode(n) == "full":
-            return DataLoader(_Repeat(full_batch(graph, None, name=source.stem), 1), batch_size=1, collate_fn=_first)
+            batch = full_batch(graph, None, name=source.stem, pe=self._graph_pe(graph))
+            return DataLoader(_Repeat(batch, 1), batch_size=1, collate_fn=_first)
         return self._sampled_loader(graph.to_data(), torch.arange(n), table.ids, shuffle=False,
                                     batch_size=batch_size or self.batch_size, hash_seed=self.seed)
 

@@ -100,7 +100,7 @@ def test_custom_csvs_with_split_column_and_edge_weights(tmp_path):
     assert g.edge_index.shape == (2, 8)  # 4 edges, undirected
     pairs = {(int(a), int(b)): float(w) for (a, b), w in zip(g.edge_index.t(), g.edge_attr[:, 0])}
     assert pairs[(1, 2)] == pairs[(2, 1)] == 2.0
-    assert dm.model_overrides() == {"adapter": {"in_features": 2, "edge_features": 1}}
+    assert dm.model_overrides() == {"adapter": {"node_features": 2, "edge_features": 1}}
 
 
 def test_custom_csvs_without_split_are_split_by_seed_and_columns_are_configurable(tmp_path):
