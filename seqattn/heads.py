@@ -4,7 +4,8 @@ Letters: b batch, l length, d width, c classes / targets.
 
 - :class:`TokenHead` — one prediction per token (sequence labeling): ``[B, L, C]``.
 - :class:`PooledHead` — one prediction per sequence (classification / regression):
-  pool ``[B, L, D] -> [B, D]`` (``mean`` | ``max`` | ``attention`` | ``cls``), then ``[B, C]``.
+  pool ``[B, L, D] -> [B, D]`` (``mean`` | ``max`` | ``attention`` | ``cls`` | ``sum``), then ``[B, C]``.
+  ``sum`` (over real tokens) suits extensive properties that grow with size (a molecule's polar surface).
   ``cls`` reads position 0, the global token :class:`~seqattn.network.SequenceModel` prepends
   when the head asks for it (``head.needs_global_token``).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-POOLINGS = ("mean", "max", "attention", "cls")
+POOLINGS = ("mean", "max", "attention", "cls", "sum")
 
 
 def _mlp(dim: int, num_outputs: int, hidden: int | None, dropout: float) -> nn.Module:
@@ -70,6 +71,8 @@ class PooledHead(nn.Module):
         m = mask.unsqueeze(-1)  # [B, L, 1]
         if self.pooling == "mean":
             return (x * m).sum(1) / m.sum(1).clamp_min(1)
+        if self.pooling == "sum":
+            return (x * m).sum(1)
         if self.pooling == "max":
             return x.masked_fill(~m, float("-inf")).amax(1).nan_to_num(neginf=0.0)
         scores = self.score(x).masked_fill(~m, float("-inf"))  # [B, L, 1]

@@ -19,6 +19,7 @@ import sys
 #: suite name -> module (imported only when that suite runs)
 SUITES: dict[str, str] = {
     "core": "seqattn.bench.core",
+    "graph": "seqattn.bench.graph",
 }
 
 

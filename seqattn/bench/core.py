@@ -231,13 +231,15 @@ def _context() -> Any:
     return _CTX
 
 
-def run_cell_isolated(timeout: float, **kwargs: Any) -> dict[str, Any]:
-    """Run :func:`measure_cell` in a fresh forked process; a dead child becomes a status."""
+def run_cell_isolated(timeout: float, entry: Callable[[Any, dict[str, Any]], None] | None = None,
+                      **kwargs: Any) -> dict[str, Any]:
+    """Run :func:`measure_cell` (or another suite's ``entry(conn, kwargs)``, a module-level function that
+    sends a result dict) in a fresh forked process; a dead child becomes a status."""
     from seqattn.bench import core as module  # the importable name, also when run as __main__
 
     ctx = _context()
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=module._cell_entry, args=(send, kwargs), daemon=True)
+    proc = ctx.Process(target=entry or module._cell_entry, args=(send, kwargs), daemon=True)
     proc.start()
     send.close()
     result = None

@@ -2,6 +2,7 @@
 
 from seqattn.objectives.base import Objective
 from seqattn.objectives.labeling import IGNORE_INDEX, SequenceClassification, SequenceLabeling
+from seqattn.objectives.property import PropertyPrediction
 from seqattn.objectives.schedules import warmup_cosine
 
-__all__ = ["IGNORE_INDEX", "Objective", "SequenceClassification", "SequenceLabeling", "warmup_cosine"]
+__all__ = ["IGNORE_INDEX", "Objective", "PropertyPrediction", "SequenceClassification", "SequenceLabeling", "warmup_cosine"]
