@@ -450,8 +450,7 @@ def full_batch(graph: SocialGraph, labeled: torch.Tensor | None, name: str = "gr
     labels = torch.full((n,), IGNORE_INDEX, dtype=torch.long)
     if labeled is not None:
         labels[labeled] = graph.y[labeled]
-    extra = {} if pe is None else {"pe": pe.unsqueeze(0)}
-    return {**extra,
+    batch = {
         "x": graph.x.unsqueeze(0),
         "mask": torch.ones(1, n, dtype=torch.bool),
         "edge_index": graph.edge_index,
@@ -462,6 +461,9 @@ def full_batch(graph: SocialGraph, labeled: torch.Tensor | None, name: str = "gr
         "ids": [name],
         "node_ids": [list(graph.ids)],
     }
+    if pe is not None:
+        batch["pe"] = pe.unsqueeze(0)  # [1, N, K]
+    return batch
 
 
 class _WithIds:
