@@ -39,6 +39,7 @@ def test_molecule_recipe_beats_the_mean_baseline_and_predicts_batched_like_one_a
     datamodule.setup()
     test_y = torch.cat([b["targets"][:, 0] for b in datamodule.test_dataloader()])
     baseline = float((test_y - datamodule.target_mean[0]).pow(2).mean().sqrt())
+    assert metrics["test/baseline_rmse_tpsa"] == pytest.approx(baseline, rel=1e-4)
     assert metrics["test/rmse_tpsa"] < 0.6 * baseline, (metrics["test/rmse_tpsa"], baseline)
 
     # the checkpoint carries the target statistics and the data config: predict without training data

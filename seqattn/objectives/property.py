@@ -129,6 +129,10 @@ class PropertyPrediction(Objective):
         self.register_buffer("target_std", torch.where(is_reg, std, torch.ones(t)))
         self.register_buffer("is_regression", is_reg)
         self.metrics = torch.nn.ModuleDict({f"{s}_metrics": self._build_metrics() for s in ("train", "val", "test")})
+        # the trivial baseline at test time: every regression target predicted as its training mean
+        self.test_baseline = MetricCollection(
+            {f"baseline_rmse_{_safe_name(n)}": MaskedRMSE(i) for i, (n, k) in enumerate(zip(self.target_names, kinds))
+             if k == "regression"}, compute_groups=False)
 
     @property
     def num_targets(self) -> int:
@@ -151,6 +155,17 @@ class PropertyPrediction(Objective):
             else:
                 metrics[f"auroc_{name}"] = MaskedAUROC(i)
         return MetricCollection(metrics, compute_groups=False)
+
+    def on_test_epoch_start(self) -> None:
+        self.test_baseline.reset()
+
+    def update_stage_metrics(self, stage: str, preds: torch.Tensor, targets: torch.Tensor) -> None:
+        if stage == "test" and len(self.test_baseline):
+            self.test_baseline.update(self.target_mean.expand_as(targets), targets)
+
+    def on_test_epoch_end(self) -> None:
+        if len(self.test_baseline):
+            self.log_dict({f"test/{k}": v for k, v in self.test_baseline.compute().items()})
 
     # -- scales ---------------------------------------------------------------------------------
     def standardize(self, targets: torch.Tensor) -> torch.Tensor:

@@ -221,7 +221,7 @@ def test_dense_memory_estimate_error_before_allocating(monkeypatch):
 
 
 def test_auto_prefers_edge_for_sparse_blocks_and_dense_for_full_ones():
-    adapter = GraphAdapter(DIM, F_NODE, heads=HEADS, dense_min_fill=0.25)
+    adapter = GraphAdapter(DIM, F_NODE, heads=HEADS, dense_min_fill=0.15)
     assert adapter.choose_path(128, 25, 128 * 80) == "edge"  # molecules: ~3 edges per atom
     assert adapter.choose_path(8, 10, 8 * 100) == "dense"  # complete graphs
 

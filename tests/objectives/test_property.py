@@ -82,6 +82,12 @@ def test_metrics_in_original_units_and_roc_auc_match_references():
     ref = roc_auc_by_pairs(targets[keep, 1], preds[keep, 1])
     assert values["auroc_active"].item() == pytest.approx(ref, abs=1e-5)
     assert set(values) == {"rmse_tpsa", "mae_tpsa", "auroc_active"}
+    # the trivial baseline (the training mean for every molecule) is kept at test time
+    model.on_test_epoch_start()
+    model.update_stage_metrics("test", preds, targets)
+    keep = ~torch.isnan(targets[:, 0])
+    baseline = (targets[keep, 0] - 100.0).pow(2).mean().sqrt()
+    torch.testing.assert_close(model.test_baseline.compute()["baseline_rmse_tpsa"], baseline, rtol=1e-5, atol=1e-4)
 
 
 def test_learns_and_the_checkpoint_keeps_the_target_statistics(tmp_path):
