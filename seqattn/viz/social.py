@@ -113,7 +113,7 @@ def plot_node_classification(model, datamodule, out_dir: str | Path, max_nodes: 
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 6.2), constrained_layout=True)
     for ax, labels, title in ((axes[0], true, "true class"),
-                              (axes[1], pred, f"predicted class (test accuracy {acc:.2f}, {int(test.sum())} nodes)")):
+                              (axes[1], pred, f"predicted class (accuracy {acc:.2f} on the {int(test.sum())} test nodes shown)")):
         for a, b in edges.T:
             ax.plot(*pos[[a, b]].T, color="0.75", lw=0.6, zorder=1)
         color = np.where(labels[:, None] >= 0, colors[np.clip(labels, 0, len(colors) - 1) % len(colors)], 0.85)
