@@ -69,6 +69,15 @@ def _text_inputs(cfg: DictConfig, folder: Path) -> Path:
     return path
 
 
+def _social_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """The built-in karate club's node CSV (predict reads the edges from the run's data config)."""
+    from hydra.utils import instantiate
+
+    nodes, _ = instantiate(cfg.data).graph_files()
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(nodes, folder / "nodes.csv"))
+
+
 @dataclass(frozen=True)
 class Task:
     overrides: list[str]  # a tiny run of this task (seconds on 2 CPU cores)
@@ -103,6 +112,11 @@ TASKS: dict[str, Task] = {
         overrides=["task=molecule", "data.limit=400", "data.batch_size=32", "data.positional=random_walk",
                    "model.dim=32", "model.depth=2", "trainer.max_epochs=4"],
         predict_inputs=_molecule_inputs,
+        exportable=False,
+    ),
+    "social": Task(
+        overrides=["task=social", "model.dim=32", "model.depth=2", "trainer.max_epochs=20"],
+        predict_inputs=_social_inputs,
         exportable=False,
     ),
 }
