@@ -132,6 +132,9 @@ class ConvEncoder(nn.Module):
                 y = y * keep  # padding never enters a receptive field
             x = x + conv(y).flatten(2).transpose(1, 2)  # [B, D, h, w] -> [B, L, D]
         x = self.norm(x)
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return (x, []) if return_attention else x
 
 
 class BiLSTM(nn.Module):
