@@ -495,7 +495,7 @@ class GraphAdapter(nn.Module):
         heads = torch.arange(self.heads, device=h.device)
         flat = (((gb[:, None] * self.heads + heads[None]) * n + qi[:, None]) * n + kj[:, None])  # [E', H]
         dense = torch.full((b * self.heads * n * n,), float("-inf"), dtype=h.dtype, device=h.device)
-        dense = dense.index_put((flat.flatten(),), bias.flatten())  # differentiable w.r.t. the bias
+        dense = dense.index_put((flat.flatten(),), bias.flatten().to(h.dtype))  # differentiable; bf16 under autocast
         return Tokens(x=h, mask=mask, attn_mask=dense.view(b, self.heads, n, n), extra=info)
 
     def extra_repr(self) -> str:

@@ -59,7 +59,9 @@ class SinusoidalPositional(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.dim = dim
-        self.register_buffer("table", sinusoidal_table(0, dim), persistent=False)
+        # a cache grown to the longest input seen, NOT a buffer: its size depends on the data, and
+        # DDP broadcasts buffers from rank 0 every step (ranks with other lengths would mismatch)
+        self.table = sinusoidal_table(0, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
