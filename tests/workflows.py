@@ -83,6 +83,8 @@ class Task:
     overrides: list[str]  # a tiny run of this task (seconds on 2 CPU cores)
     predict_inputs: Callable[[DictConfig, Path], Path]  # (run config, empty folder) -> predict input
     exportable: bool = True  # seqattn.export supports its adapter (graph adapters are refused)
+    resume_overrides: tuple[str, ...] = ()  # for the kill-and-resume test (after its own overrides)
+    exact_resume: bool = True  # a killed and resumed run ends with bit-identical weights
 
 
 TASKS: dict[str, Task] = {
@@ -118,10 +120,15 @@ TASKS: dict[str, Task] = {
         overrides=["task=social", "model.dim=32", "model.depth=2", "trainer.max_epochs=20"],
         predict_inputs=_social_inputs,
         exportable=False,
+        resume_overrides=("trainer.max_epochs=12",),  # one full-graph step per epoch: kill between epochs
+        # known gap: resumed karate runs end with different weights (randomness not yet captured; see
+        # tasks/social/README.md); resuming itself works
+        exact_resume=False,
     ),
 }
 WORKFLOW_TASKS = list(TASKS)
 EXPORT_TASKS = [name for name, task in TASKS.items() if task.exportable]
+EXACT_RESUME_TASKS = [name for name, task in TASKS.items() if task.exact_resume]
 
 
 def compose(overrides: list[str], output_dir: Path, data_dir: Path) -> DictConfig:
