@@ -23,7 +23,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import lightning as L
 import numpy as np
 import soundfile as sf
 import torch
@@ -31,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from seqattn.adapters.audio import frame_labels, load_audio, ms_to_samples, num_frames
 from seqattn.core.tokens import IGNORE_INDEX
+from seqattn.data.base import SplitDataModule
 from seqattn.data.speech import PHONES, generate_speech_corpus
 
 log = logging.getLogger("seqattn.data.audio")
@@ -362,12 +362,14 @@ def split_items(
 # DataModule
 
 
-class SpeechDataModule(L.LightningDataModule):
+class SpeechDataModule(SplitDataModule):
     """Frame-level phone labelling data: the built-in synthetic corpus or a user manifest.
 
     Batches are ``collate_frames`` dicts: ``waveform [B, T]``, ``lengths [B]``,
     ``labels [B, F]`` (-100 = ignore), ``ids``.
     """
+
+    collate = staticmethod(collate_frames)
 
     def __init__(
         self,
@@ -503,26 +505,8 @@ class SpeechDataModule(L.LightningDataModule):
                 raise ValueError(f"{where}: label {label!r} in the {name} split is not in the label set "
                                  f"{self._labels} (unknown labels: {dict(counts)})")
 
-    # -- loaders --------------------------------------------------------------------------
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if not self.datasets:
-            self.setup()
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          num_workers=self.num_workers, collate_fn=collate_frames,
-                          persistent_workers=self.num_workers > 0)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
     def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self.split_loader("test", shuffle=False)
 
     # -- prediction (the predict protocol of seqattn.predict) -------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:

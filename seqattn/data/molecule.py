@@ -44,11 +44,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from seqattn.adapters.graph import GRAPH_POSITIONALS, collate_graphs, graph_positional_encoding
+from seqattn.data.base import SplitDataModule
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +388,7 @@ def collate_molecules(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return batch
 
 
-class MoleculeDataModule(L.LightningDataModule):
+class MoleculeDataModule(SplitDataModule):
     """Molecule property data: SMILES -> graphs, splits, loaders, and the predict protocol.
 
     Batches (``collate_molecules``): ``x [B, N, ATOM_FEATURES]``, ``mask [B, N]``, ``edge_index [2, E]``,
@@ -409,6 +409,8 @@ class MoleculeDataModule(L.LightningDataModule):
         positional, pe_dim: graph positional encoding computed once per molecule.
         limit: use only the first ``limit`` molecules of the file (quick runs).
     """
+
+    collate = staticmethod(collate_molecules)
 
     def __init__(
         self,
@@ -588,24 +590,6 @@ class MoleculeDataModule(L.LightningDataModule):
         self.target_mean, self.target_std = mean, std
         log.info("molecules (%s, %s split): %s; invalid SMILES skipped: %d; targets %s", self.source, self.split,
                  {k: len(v) for k, v in self.datasets.items()}, len(self.invalid), self.target_columns)
-
-    # -- loaders --------------------------------------------------------------------------------
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if not self.datasets:
-            self.setup()
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          num_workers=self.num_workers, collate_fn=collate_molecules,
-                          persistent_workers=self.num_workers > 0)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
     # -- predict protocol -----------------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:

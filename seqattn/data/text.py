@@ -29,12 +29,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
 from seqattn.adapters.text import TOKEN_PATTERN, Vocabulary, normalize, tokenize
 from seqattn.core.tokens import IGNORE_INDEX
+from seqattn.data.base import SplitDataModule
 from seqattn.data.text_corpus import CLS_LABELS, generate_classification_corpus, generate_tagging_corpus
 
 log = logging.getLogger("seqattn.data.text")
@@ -377,7 +377,7 @@ def split_by_seed(items: list[dict[str, Any]], val_fraction: float, test_fractio
             "train": pick(order[n_test + n_val :])}
 
 
-class _TextDataModule(L.LightningDataModule):
+class _TextDataModule(SplitDataModule):
     """What tagging and classification share: sources, splits, vocabulary, label set, loaders,
     the predict protocol. Subclasses read items and turn them into dataset items."""
 
@@ -513,24 +513,6 @@ class _TextDataModule(L.LightningDataModule):
 
     def tokenize(self, text: str) -> list[str]:
         return tokenize(text, lowercase=False, pattern=self.token_pattern)  # the adapter lowercases
-
-    # -- loaders ----------------------------------------------------------------------------
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if not self.datasets:
-            self.setup()
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          num_workers=self.num_workers, collate_fn=self.collate,
-                          persistent_workers=self.num_workers > 0)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
     # -- predict protocol -------------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
