@@ -16,7 +16,7 @@ import logging
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import hydra
 import torch
@@ -112,3 +112,19 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def parse_key_values(argv: Sequence[str], allowed: set[str], required: Sequence[str], usage: str) -> dict[str, str]:
+    """Command-line ``key=value`` arguments (``--key=value`` and ``batch-size`` spellings too) ->
+    ``{key: value}``; ValueError naming the bad argument or the missing keys, with ``usage``."""
+    args: dict[str, str] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("-").replace("-", "_")
+        if not sep or key not in allowed:
+            raise ValueError(f"unexpected argument {arg!r}; expected key=value with key in {sorted(allowed)}\n{usage}")
+        args[key] = value
+    missing = [k for k in required if not args.get(k)]
+    if missing:
+        raise ValueError(f"missing {missing}\n{usage}")
+    return args

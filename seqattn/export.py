@@ -29,7 +29,7 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from seqattn.checkpoint import build_model, read_checkpoint
+from seqattn.checkpoint import build_model, parse_key_values, read_checkpoint
 
 log = logging.getLogger("seqattn.export")
 
@@ -120,17 +120,7 @@ _ARGS = {"ckpt", "format", "output", "input"}
 
 
 def parse_args(argv: Sequence[str]) -> dict[str, str]:
-    args: dict[str, str] = {}
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        key = key.lstrip("-")
-        if not sep or key not in _ARGS:
-            raise ValueError(f"unexpected argument {arg!r}; expected key=value with key in {sorted(_ARGS)}\n{USAGE}")
-        args[key] = value
-    missing = [k for k in ("ckpt", "format") if not args.get(k)]
-    if missing:
-        raise ValueError(f"missing {missing}\n{USAGE}")
-    return args
+    return parse_key_values(argv, _ARGS, ("ckpt", "format"), USAGE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from hydra.utils import instantiate
 
-from seqattn.checkpoint import build_model, read_checkpoint
+from seqattn.checkpoint import build_model, parse_key_values, read_checkpoint
 
 log = logging.getLogger("seqattn.predict")
 
@@ -149,16 +149,7 @@ _ARGS = {"ckpt", "input", "output", "batch_size", "device"}
 
 def parse_args(argv: Sequence[str]) -> dict[str, str]:
     """``["ckpt=a.ckpt", "input=x"]`` -> ``{"ckpt": "a.ckpt", "input": "x"}``; ValueError on anything else."""
-    args: dict[str, str] = {}
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        key = key.lstrip("-").replace("-", "_")
-        if not sep or key not in _ARGS:
-            raise ValueError(f"unexpected argument {arg!r}; expected key=value with key in {sorted(_ARGS)}\n{USAGE}")
-        args[key] = value
-    missing = [k for k in ("ckpt", "input") if not args.get(k)]
-    if missing:
-        raise ValueError(f"missing {missing}\n{USAGE}")
+    args = parse_key_values(argv, _ARGS, ("ckpt", "input"), USAGE)
     if "batch_size" in args:
         try:
             args["batch_size"] = int(args["batch_size"])  # type: ignore[assignment]

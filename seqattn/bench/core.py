@@ -52,7 +52,6 @@ import os
 import resource
 import shlex
 import statistics
-import sys
 import time
 import traceback
 from typing import Any, Callable
@@ -454,22 +453,27 @@ def run_core(args: argparse.Namespace) -> int:
     caption = core_caption(args, threads)
     table = format_core_table(cells, args.impls, args.lengths)
     targets = core_targets(cells)
-    load = (
-        f"load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in load_before)}, "
-        f"after: {'/'.join(f'{v:.2f}' for v in load_after)} on {os.cpu_count()} CPUs "
-        "(other processes share them: timings above the CPU count are disturbed)"
-    )
-    report = "\n".join([caption, "", table, "", *targets, "", load])
+    write_report(args, command, [caption, "", table, "", *targets], cells, targets, load_before, load_after)
+    return 0
+
+
+def write_report(args: argparse.Namespace, command: str, lines: list[str], cells: list[dict[str, Any]],
+                 targets: list[str], load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
+    """Print a suite's report (its lines + the load average around the run) and write it to
+    ``--out`` (markdown) and ``--json`` (every measurement) when asked. Shared by every suite."""
+    load = (f"load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in load_before)}, "
+            f"after: {'/'.join(f'{v:.2f}' for v in load_after)} on {os.cpu_count()} CPUs "
+            "(other processes share them: timings above the CPU count are disturbed)")
+    report = "\n".join([*lines, "", load])
     print("\n" + report, flush=True)
-    if args.out:
+    if getattr(args, "out", None):
         with open(args.out, "w") as f:
             f.write(f"Command: `{command}`\n\n{report}\n")
-    if args.json:
+    if getattr(args, "json", None):
         config = {k: v for k, v in vars(args).items() if k not in ("func", "argv")}
         with open(args.json, "w") as f:
             json.dump({"command": command, "config": config, "cells": cells, "targets": targets,
                        "loadavg_before": load_before, "loadavg_after": load_after}, f, indent=2)
-    return 0
 
 
 # --------------------------------------------------------------------------- suite interface

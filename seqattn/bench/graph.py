@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import shlex
 import statistics
@@ -300,16 +299,5 @@ def run(args: argparse.Namespace) -> int:
                            f"{d['time_ms'] / e['time_ms']:.2f}x)")
         else:
             targets.append(f"target auto within 10% of the faster path (hops={hops}): not measured")
-    load_after = os.getloadavg()
-    load = (f"load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in load_before)}, "
-            f"after: {'/'.join(f'{v:.2f}' for v in load_after)} on {os.cpu_count()} CPUs")
-    report = "\n".join(lines + targets + ["", load])
-    print("\n" + report, flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(f"Command: `{command}`\n\n{report}\n")
-    if args.json:
-        config = {k: v for k, v in vars(args).items() if k not in ("func", "argv")}
-        with open(args.json, "w") as f:
-            json.dump({"command": command, "config": config, "cells": cells, "targets": targets}, f, indent=2)
+    bench_core.write_report(args, command, lines + targets, cells, targets, load_before, os.getloadavg())
     return 0

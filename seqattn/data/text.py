@@ -112,14 +112,9 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[dict[str, Any]]:
     return out
 
 
-def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str = "tags",
-                     require_tags: bool = True) -> list[dict[str, Any]]:
-    """Token JSONL -> ``[{"tokens", "tags", "id", "where"}]``. Each line: ``{"tokens": [...], "tags": [...]}``
-    (equal lengths); ``id`` optional. Empty sentences are skipped and counted."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ValueError(f"token JSONL file {path} does not exist")
-    out, empty = [], 0
+def _jsonl_records(path: Path):
+    """Yield ``(lineno, "file:line", object)`` for every non-blank line of a JSONL file; a line that
+    is not a JSON object raises ValueError naming file and line."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -129,20 +124,34 @@ def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str
                 raw = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
-            if not isinstance(raw, dict) or not isinstance(raw.get(tokens_key), list):
-                raise ValueError(f"{where}: expected an object with a list {tokens_key!r}")
-            words = [str(w) for w in raw[tokens_key]]
-            tags = raw.get(tags_key)
-            if tags is None and require_tags:
-                raise ValueError(f"{where}: missing {tags_key!r} (one tag per token)")
-            if tags is not None and (not isinstance(tags, list) or len(tags) != len(words)):
-                raise ValueError(f"{where}: {tags_key!r} must be a list as long as {tokens_key!r} "
-                                 f"({len(words)} tokens)")
-            if not words:
-                empty += 1
-                continue
-            out.append({"tokens": words, "tags": [str(t) for t in tags] if tags is not None else None,
-                        "id": str(raw.get("id", f"{path.name}:{lineno}")), "where": where})
+            if not isinstance(raw, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+            yield lineno, where, raw
+
+
+def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str = "tags",
+                     require_tags: bool = True) -> list[dict[str, Any]]:
+    """Token JSONL -> ``[{"tokens", "tags", "id", "where"}]``. Each line: ``{"tokens": [...], "tags": [...]}``
+    (equal lengths); ``id`` optional. Empty sentences are skipped and counted."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"token JSONL file {path} does not exist")
+    out, empty = [], 0
+    for lineno, where, raw in _jsonl_records(path):
+        if not isinstance(raw.get(tokens_key), list):
+            raise ValueError(f"{where}: expected an object with a list {tokens_key!r}")
+        words = [str(w) for w in raw[tokens_key]]
+        tags = raw.get(tags_key)
+        if tags is None and require_tags:
+            raise ValueError(f"{where}: missing {tags_key!r} (one tag per token)")
+        if tags is not None and (not isinstance(tags, list) or len(tags) != len(words)):
+            raise ValueError(f"{where}: {tags_key!r} must be a list as long as {tokens_key!r} "
+                             f"({len(words)} tokens)")
+        if not words:
+            empty += 1
+            continue
+        out.append({"tokens": words, "tags": [str(t) for t in tags] if tags is not None else None,
+                    "id": str(raw.get("id", f"{path.name}:{lineno}")), "where": where})
     if empty:
         log.warning("%s: skipped %d empty sentence(s)", path, empty)
     return out
@@ -191,18 +200,8 @@ def read_text_labels(path: str | Path, text_column: str = "text", label_column: 
         out.append({"text": text, "label": label, "id": ident, "where": where})
 
     if fmt == "jsonl":
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
-                if not isinstance(raw, dict):
-                    raise ValueError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-                add(raw, where, lineno)
+        for lineno, where, raw in _jsonl_records(path):
+            add(raw, where, lineno)
     else:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f, delimiter="," if fmt == "csv" else "\t")
