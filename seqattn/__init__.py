@@ -8,8 +8,17 @@ The path of a batch::
 Import the pieces you need::
 
     from seqattn.core import MultiHeadAttention, Encoder, scaled_dot_product_attention
-    from seqattn.adapters.audio import AudioAdapter
+    from seqattn.modalities.audio import AudioAdapter
+
+Layout: ``core/`` (attention), ``model/`` (network, heads, baselines), ``datakit/`` (modality-free data
+machinery), ``modalities/<m>/`` (one folder per modality), ``objectives/`` (Lightning objectives),
+``training/`` (callbacks, checkpoints, fine-tuning, resume, sweeps); entry points ``run``,
+``predict``, ``export``, ``bench``.
 """
+
+from seqattn import _deprecated
+
+_deprecated.install()  # old module paths (seqattn.adapters.audio, seqattn.data.text, ...) keep working
 
 __version__ = "0.1.0"
 

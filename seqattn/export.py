@@ -29,7 +29,8 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from seqattn.checkpoint import build_model, parse_key_values, read_checkpoint
+from seqattn.cli import parse_key_values
+from seqattn.training.checkpoint import build_model, read_checkpoint
 
 log = logging.getLogger("seqattn.export")
 

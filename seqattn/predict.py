@@ -11,9 +11,10 @@ own run config, label names, vocabulary and normalisation):
     device=cpu|cuda   default: cpu
 
 The work is generic: the datamodule named by the checkpoint's ``data`` config builds the
-batches (``predict_loader(source, batch_size)``), the objective's ``predict_step`` runs the
-model and the datamodule turns each batch's output into JSON-able rows
-(``prediction_rows(batch, output, labels)``). Python::
+batches (``predict_loader(source, batch_size)``) and describes their items (``describe(batch)``:
+ids, text, SMILES, paths); the objective's ``predict_step`` returns a typed
+:class:`~seqattn.objectives.predictions.Prediction`, which becomes JSON-able rows by its kind
+(:func:`~seqattn.objectives.predictions.prediction_rows`). Python::
 
     import seqattn
     model = seqattn.load("run/checkpoints/best.ckpt")
@@ -32,7 +33,9 @@ from typing import Any, Iterator, Sequence
 import torch
 from hydra.utils import instantiate
 
-from seqattn.checkpoint import build_model, parse_key_values, read_checkpoint
+from seqattn.cli import parse_key_values
+from seqattn.objectives.predictions import Prediction, prediction_rows
+from seqattn.training.checkpoint import build_model, read_checkpoint
 
 log = logging.getLogger("seqattn.predict")
 
@@ -40,7 +43,7 @@ OUTPUT_FORMATS = (".csv", ".jsonl")
 
 
 def _to_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, Prediction)):
         return value.to(device)
     if isinstance(value, dict):
         return {k: _to_device(v, device) for k, v in value.items()}
@@ -66,8 +69,8 @@ class Predictor:
 
     def __init__(self, model: torch.nn.Module, datamodule: Any, config: dict[str, Any],
                  device: str | torch.device = "cpu") -> None:
-        for name in ("predict_loader", "prediction_rows"):
-            if not hasattr(datamodule, name):
+        for name in ("predict_loader", "describe"):
+            if not callable(getattr(datamodule, name, None)):
                 raise ValueError(f"{type(datamodule).__name__} does not implement `{name}` (the predict protocol); "
                                  "seqattn.predict cannot read inputs for this task")
         if not hasattr(model, "predict_step"):
@@ -96,10 +99,10 @@ class Predictor:
                 yield batch, _to_cpu(output)
 
     def predict(self, source: str | Path, batch_size: int | None = None) -> list[dict[str, Any]]:
-        """Rows, one per input item of ``source``, in the datamodule's ``prediction_rows`` format."""
+        """Rows, one per input item of ``source`` (see :func:`~seqattn.objectives.predictions.prediction_rows`)."""
         rows: list[dict[str, Any]] = []
         for batch, output in self.batches(source, batch_size):
-            rows.extend(self.datamodule.prediction_rows(batch, output, self.labels))
+            rows.extend(prediction_rows(output, self.datamodule.describe(batch)))
         return rows
 
     def predict_to_file(self, source: str | Path, output: str | Path | None,

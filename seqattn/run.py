@@ -21,8 +21,9 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from seqattn.finetune import apply_finetune
-from seqattn.resume import resumable_train_loader, resume_config
+from seqattn.model.build import locate
+from seqattn.training.finetune import apply_finetune
+from seqattn.training.resume import resumable_train_loader, resume_config
 
 log = logging.getLogger("seqattn.run")
 
@@ -47,28 +48,19 @@ def _jsonable(value: Any) -> Any:
 
 
 def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
-    """The objective with its network, sized from the data (number of classes / targets).
+    """The objective with its network, built from the config and what the data says about itself.
 
-    A datamodule may also fill in config the model needs from the data with
-    ``model_overrides() -> {"adapter": {...}, "head": {...}, "objective": {...}}`` (e.g. the text
-    vocabulary, target statistics); the values land in the checkpoint's hyper-parameters, so a
-    loaded model maps inputs exactly as in training.
+    ``datamodule.spec()`` (a :class:`~seqattn.datakit.spec.DataSpec`: classes, label names,
+    vocabulary, feature sizes, target statistics) fills the parts' data-derived arguments; the
+    spec is saved in the checkpoint, so a loaded model maps inputs exactly as in training.
+    Nothing is written into the config.
     """
-    overrides = datamodule.model_overrides() if hasattr(datamodule, "model_overrides") else {}
-    unknown = set(overrides) - {"adapter", "head", "objective", "model"}
-    if unknown:
-        raise ValueError(f"model_overrides() may set adapter/head/objective/model, got {sorted(unknown)}")
-    with open_dict(cfg):
-        # classes for labeling/classification; a regression datamodule says `num_outputs` (targets)
-        cfg.head.num_outputs = int(getattr(datamodule, "num_outputs", None) or datamodule.num_classes)
-        for group, values in overrides.items():
-            for key, value in values.items():
-                cfg[group][key] = value
+    spec = datamodule.spec()
+    log.info("data: %s", spec.describe())
     net_cfg = OmegaConf.to_container(cfg.net, resolve=True)
-    labels = list(getattr(datamodule, "label_names", []) or []) or None
     objective = OmegaConf.to_container(cfg.objective, resolve=True)  # plain containers only in checkpoints
-    cls = hydra.utils.get_class(objective.pop("_target_"))
-    return cls(net=net_cfg, labels=labels, **objective)
+    cls = locate(objective.pop("_target_"))
+    return cls(net=net_cfg, spec=spec.to_dict(), **objective)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -83,7 +75,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         out_dir.mkdir(parents=True, exist_ok=True)
 
     datamodule = instantiate(cfg.data)
-    resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.resume)
+    resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.training.resume)
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = build_objective(cfg, datamodule)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from seqattn.checkpoint import read_checkpoint
-from seqattn.finetune import init_from_checkpoint, init_from_state, resize_positional
+from seqattn.training.checkpoint import read_checkpoint
+from seqattn.training.finetune import init_from_checkpoint, init_from_state, resize_positional
 from seqattn.run import build_objective, train
 from tests.workflows import QUIET, TASKS, WORKFLOW_TASKS, compose, tiny_run, workflow_data_dir  # noqa: F401
 
@@ -31,7 +31,7 @@ def _net(state):
 
 def _broad_class_manifest(cfg, path: Path) -> Path:
     """The tiny built-in corpus relabelled with 5 broad phone classes (a label set the model never saw)."""
-    from seqattn.data.speech import generate_speech_corpus
+    from seqattn.modalities.audio.corpus import generate_speech_corpus
 
     corpus = generate_speech_corpus(cfg.data.data_dir, **cfg.data.synth)
     lines = []
@@ -60,7 +60,7 @@ def test_finetune_onto_another_label_set_loads_trains_and_improves(tiny_run, tmp
     """A 12-phone checkpoint fine-tuned onto 5 broad phone classes (a label set it never saw): the
     adapter and encoder load, the head is new, and training improves test accuracy from the start
     point (new head: chance level) to well above the majority class."""
-    from seqattn.finetune import apply_finetune
+    from seqattn.training.finetune import apply_finetune
 
     base = tiny_run("speech")
     manifest = _broad_class_manifest(base.cfg, tmp_path / "broad.jsonl")
@@ -150,18 +150,18 @@ def test_resize_positional_is_linear_interpolation():
 
 
 def test_pretrained_lr_mult_makes_parameter_groups_and_freeze_drops_parameters(tmp_path, workflow_data_dir):
-    from seqattn.finetune import freeze
+    from seqattn.training.finetune import freeze
 
     model = _objective(compose(TASKS["speech"].overrides + QUIET, tmp_path / "run", workflow_data_dir))
     lr = model.optimizer_cfg["lr"]
     model.lr_multipliers = {n: 0.1 for n, _ in model.named_parameters() if n.startswith("net.encoder.")}
-    groups = model.parameter_groups()
-    assert [g["lr"] for g in groups] == [pytest.approx(lr), pytest.approx(0.1 * lr)]
+    groups = model.parameter_groups()  # (lr, decay) groups: full lr first, decayed weights first
+    assert [g["lr"] for g in groups] == [pytest.approx(lr)] * 2 + [pytest.approx(0.1 * lr)] * 2
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
-    assert len(groups[1]["params"]) == len(model.lr_multipliers)
+    assert sum(len(g["params"]) for g in groups if g["lr"] < lr) == len(model.lr_multipliers)
     frozen = freeze(model, ["encoder"])
     assert sorted(frozen) == sorted(model.lr_multipliers)
-    assert len(model.parameter_groups()) == 1  # only the lr-1 group is left
+    assert [g["lr"] for g in model.parameter_groups()] == [pytest.approx(lr)] * 2  # only the lr-1 groups are left
     with pytest.raises(ValueError, match=r"\['decoder'\] not among"):
         freeze(model, ["decoder"])
     freeze(model, ["adapter", "head"])

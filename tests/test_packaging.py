@@ -47,4 +47,4 @@ def test_installed_wheel_composes_a_recipe_from_another_directory(wheel, tmp_pat
                             env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "task_name: speech" in result.stdout
-    assert "seqattn.adapters.audio.AudioAdapter" in result.stdout
+    assert "seqattn.modalities.audio.adapter.AudioAdapter" in result.stdout

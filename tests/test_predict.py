@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import seqattn
-from seqattn.checkpoint import NotASeqattnCheckpoint, read_checkpoint
+from seqattn.training.checkpoint import NotASeqattnCheckpoint, read_checkpoint
 from seqattn.predict import main as predict_main
 from seqattn.predict import parse_args
 from tests.workflows import TASKS, WORKFLOW_TASKS, assert_rows_close, tiny_run, workflow_data_dir  # noqa: F401

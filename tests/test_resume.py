@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import seqattn
-from seqattn.callbacks import AtomicCheckpointIO, ExactResume
-from seqattn.resume import ResumableDataLoader, make_resumable, resume_config
+from seqattn.training.callbacks import AtomicCheckpointIO, ExactResume
+from seqattn.training.resume import ResumableDataLoader, make_resumable, resume_config
 from tests.workflows import EXACT_RESUME_TASKS, QUIET, TASKS
 
 REPO = Path(seqattn.__file__).resolve().parents[1]

@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 from PIL import Image
 
 from seqattn.objectives import SequenceClassification
+from seqattn.objectives.predictions import prediction_rows
 from seqattn.run import train
 
 DATA = [
@@ -31,7 +32,7 @@ def _predict_rows(model, datamodule, source, batch_size):
     for i, batch in enumerate(datamodule.predict_loader(source, batch_size=batch_size)):
         with torch.no_grad():
             output = model.predict_step(batch, i)
-        rows += datamodule.prediction_rows(batch, output, model.labels)
+        rows += prediction_rows(output, datamodule.describe(batch))
     return rows
 
 

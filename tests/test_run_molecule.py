@@ -9,13 +9,14 @@ import torch
 from hydra.utils import instantiate
 
 from seqattn.objectives import PropertyPrediction
+from seqattn.objectives.predictions import prediction_rows
 from seqattn.run import train
 
 TINY = [
     "task=molecule",
     "data.limit=700",
     "data.batch_size=32",
-    "data.positional=random_walk",
+    "adapter.positional=random_walk",
     "model.dim=32",
     "model.depth=2",
     "trainer.max_epochs=10",
@@ -55,7 +56,7 @@ def test_molecule_recipe_beats_the_mean_baseline_and_predicts_batched_like_one_a
         for batch_size in (5, 1):
             got = []
             for i, batch in enumerate(fresh.predict_loader(source, batch_size=batch_size)):
-                got += fresh.prediction_rows(batch, model.predict_step(batch, i), model.labels)
+                got += prediction_rows(model.predict_step(batch, i), fresh.describe(batch))
             rows.append(got)
     batched, single = rows
     assert [r["id"] for r in batched] == smiles == [r["smiles"] for r in single]

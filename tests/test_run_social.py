@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 
 from seqattn.core.tokens import IGNORE_INDEX
 from seqattn.objectives import SequenceLabeling
+from seqattn.objectives.predictions import prediction_rows
 from seqattn.run import train
 
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
@@ -56,7 +57,7 @@ def _predict(model, loader, datamodule):
     model.eval()
     with torch.no_grad():
         for i, batch in enumerate(loader):
-            rows += datamodule.prediction_rows(batch, model.predict_step(batch, i), model.labels)
+            rows += prediction_rows(model.predict_step(batch, i), datamodule.describe(batch))
     return rows
 
 

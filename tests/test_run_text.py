@@ -9,6 +9,7 @@ import torch
 from hydra.utils import instantiate
 
 from seqattn.objectives import SequenceClassification, SequenceLabeling
+from seqattn.objectives.predictions import prediction_rows
 from seqattn.run import train
 
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "callbacks.early_stopping=null"]
@@ -58,14 +59,14 @@ def test_tagging_recipe_learns_and_its_checkpoint_tags_raw_words(compose_cfg, tm
     fresh = _fresh_datamodule(model)
     assert fresh.vocab is None and not fresh.datasets
     batched = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=3))
-               for row in fresh.prediction_rows(batch, output, model.labels)]
+               for row in prediction_rows(output, fresh.describe(batch))]
     alone = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=1))
-             for row in fresh.prediction_rows(batch, output, model.labels)]
-    assert [r["tags"] for r in batched] == [r["tags"] for r in alone]
+             for row in prediction_rows(output, fresh.describe(batch))]
+    assert [r["labels"] for r in batched] == [r["labels"] for r in alone]
     for b, a in zip(batched, alone):
         assert b["probs"] == pytest.approx(a["probs"], abs=1e-4)
     assert batched[0]["tokens"] == sentences[0].split() and batched[0]["id"] == "input.txt:1"
-    assert len(batched[1]["tags"]) == 9 and set(batched[1]["tags"]) <= set(model.labels)
+    assert len(batched[1]["labels"]) == 9 and set(batched[1]["labels"]) <= set(model.labels)
 
     # the loaded model predicts the test split exactly like the tested model in memory
     trained = SequenceLabeling.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu").eval()
@@ -96,9 +97,9 @@ def test_classification_recipe_learns_and_predicts_raw_text(compose_cfg, tmp_pat
     source.write_text('text\n"The film was not bad, really."\n"good but boring ."\n"boring but good ."\n')
     fresh = _fresh_datamodule(model)
     rows = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=2))
-            for row in fresh.prediction_rows(batch, output, model.labels)]
+            for row in prediction_rows(output, fresh.describe(batch))]
     alone = [row for batch, output in _predict(model, fresh.predict_loader(source, batch_size=1))
-             for row in fresh.prediction_rows(batch, output, model.labels)]
+             for row in prediction_rows(output, fresh.describe(batch))]
     assert [r["label"] for r in rows] == [r["label"] for r in alone]
     assert [r["prob"] for r in rows] == pytest.approx([r["prob"] for r in alone], abs=1e-4)
     assert rows[0]["id"] == "reviews.csv:2" and rows[0]["text"].startswith("The film was not bad")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import seqattn
-from seqattn.sweep import summarize
+from seqattn.training.sweep import summarize
 from tests.workflows import QUIET, TASKS, WORKFLOW_TASKS
 
 REPO = Path(seqattn.__file__).resolve().parents[1]

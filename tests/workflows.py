@@ -27,8 +27,8 @@ QUIET = [
 
 def _speech_inputs(cfg: DictConfig, folder: Path) -> Path:
     """A folder of five test-split WAV files of the built-in corpus (different lengths)."""
-    from seqattn.data.audio import read_manifest
-    from seqattn.data.speech import generate_speech_corpus
+    from seqattn.modalities.audio.manifest import read_manifest
+    from seqattn.modalities.audio.corpus import generate_speech_corpus
 
     manifest = generate_speech_corpus(cfg.data.data_dir, **cfg.data.synth)
     folder.mkdir(parents=True, exist_ok=True)
@@ -42,7 +42,7 @@ def _image_inputs(cfg: DictConfig, folder: Path) -> Path:
     """A folder of five PNG files drawn by the built-in shapes generator."""
     from PIL import Image
 
-    from seqattn.data.shapes import generate_shapes
+    from seqattn.modalities.image.shapes import generate_shapes
 
     folder.mkdir(parents=True, exist_ok=True)
     images, _ = generate_shapes(5, image_size=16, seed=123, split="test", classes=tuple(cfg.data.shapes.classes))
@@ -111,7 +111,7 @@ TASKS: dict[str, Task] = {
         predict_inputs=_image_inputs,
     ),
     "molecule": Task(
-        overrides=["task=molecule", "data.limit=400", "data.batch_size=32", "data.positional=random_walk",
+        overrides=["task=molecule", "data.limit=400", "data.batch_size=32", "adapter.positional=random_walk",
                    "model.dim=32", "model.depth=2", "trainer.max_epochs=4"],
         predict_inputs=_molecule_inputs,
         exportable=False,

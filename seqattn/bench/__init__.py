@@ -1,13 +1,13 @@
 """Benchmarks: ``python -m seqattn.bench SUITE [options]``.
 
-Each suite is a module of this package with ``add_arguments(parser)`` and
-``run(args) -> exit code``, registered in :data:`SUITES`:
+Each suite is a module with ``add_arguments(parser)`` and ``run(args) -> exit code``:
 
 - ``core`` (:mod:`seqattn.bench.core`): one attention layer, seqattn vs torch vs textbook,
   time and peak memory over sequence lengths;
-- ``image`` (:mod:`seqattn.bench.image`): training throughput (images/s), pixels vs patches, sdpa vs math;
-- ``graph`` (:mod:`seqattn.bench.graph`): the edge kernel vs PyG ``TransformerConv`` on a 1M-edge graph,
-  dense vs edge vs automatic on molecule batches, molecules/s of a training epoch.
+- one suite per modality that has a ``bench`` module (``seqattn/modalities/<m>/bench.py``), named
+  after the modality and found at run time: ``image`` (training throughput, pixels vs patches,
+  sdpa vs math), ``graph`` (the edge kernel vs PyG ``TransformerConv``, dense vs edge on molecule
+  batches).
 
 An unknown suite exits with status 2 and a message naming the known ones. Speed is
 reported as ratios measured side by side in one run, never as a timed test.
@@ -17,14 +17,25 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import pkgutil
 import sys
 
+import seqattn.modalities
+
+
+def _suites() -> dict[str, str]:
+    """suite name -> module: the core suite, then every modality's ``bench`` module."""
+    suites = {"core": "seqattn.bench.core"}
+    for info in sorted(pkgutil.iter_modules(seqattn.modalities.__path__), key=lambda m: m.name):
+        name = f"seqattn.modalities.{info.name}.bench"
+        if info.ispkg and importlib.util.find_spec(name) is not None:
+            suites[info.name] = name
+    return suites
+
+
 #: suite name -> module (imported only when that suite runs)
-SUITES: dict[str, str] = {
-    "core": "seqattn.bench.core",
-    "image": "seqattn.bench.image",
-    "graph": "seqattn.bench.graph",
-}
+SUITES: dict[str, str] = _suites()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,6 +17,7 @@ from torch import nn
 
 from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.masks import local_window_mask
+from seqattn.core.planning import check_graph_path, choose_graph_path, edges_to_dense
 from seqattn.core.positional import build_positional
 from seqattn.core.tokens import Tokens
 
@@ -90,6 +91,12 @@ class Encoder(nn.Module):
         attn_dropout: dropout on attention weights.
         dim_k, dim_v: total q/k and value widths (default D).
         activation: FFN activation, ``gelu`` | ``relu`` | ``silu``.
+        graph_path: for graph structure (``Tokens.edge_index``): ``auto`` | ``dense`` | ``edge``
+            (see :mod:`seqattn.core.planning`); ``Tokens.graph_path`` overrides it per batch.
+        max_dense_bytes: the dense graph path's memory cap per layer (``auto`` picks ``edge`` above
+            it, ``dense`` raises).
+        dense_min_fill: ``auto`` picks dense when the edges fill at least this fraction of the
+            ``B·N²`` blocks (``python -m seqattn.bench graph``).
     """
 
     def __init__(
@@ -108,6 +115,9 @@ class Encoder(nn.Module):
         dim_k: int | None = None,
         dim_v: int | None = None,
         activation: str = "gelu",
+        graph_path: str = "auto",
+        max_dense_bytes: int = 2**30,
+        dense_min_fill: float = 0.15,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -116,7 +126,10 @@ class Encoder(nn.Module):
             raise ValueError(f"window must be >= 0 or None, got {window}")
         if window is not None and kernel in ("linear", "edge"):
             raise ValueError(f"window attention needs a dense kernel (sdpa or math), got kernel={kernel!r}")
-        self.dim, self.window, self.kernel = dim, window, kernel
+        self.dim, self.window, self.kernel, self.heads = dim, window, kernel, heads
+        self.graph_path = check_graph_path(graph_path)
+        self.max_dense_bytes, self.dense_min_fill = int(max_dense_bytes), float(dense_min_fill)
+        self.last_graph_path: str | None = None  # the path the last graph batch took (inspection, benchmarks)
         head_dim = (dim if dim_k is None else dim_k) // heads
         self.positional_name = positional
         self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
@@ -141,14 +154,15 @@ class Encoder(nn.Module):
             x: ``[B, L, D]`` or a :class:`Tokens` (then its mask/attn_mask/edge_index/edge_bias are used).
             mask: ``[B, L]`` bool, True = real token.
             attn_mask: structure ``[L, L]`` / ``[B, L, L]`` / ``[B, H, L, L]`` bool or float bias.
-            edge_index: ``[2, E]`` graph edges; when given, every layer runs the ``edge`` kernel
-                (the structure decides, whatever ``kernel`` the encoder was built with).
+            edge_index: ``[2, E]`` graph edges over flattened ``b * L + l``; planned once per forward
+                into the ``edge`` kernel or a dense mask for the encoder's kernel (``graph_path``).
             return_attention: ``True`` for every layer's weights, or a list of layer indices.
             edge_bias: ``[E, H]`` additive score per edge and head (with ``edge_index``).
 
         Returns:
             ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B, H, L, L], ...])``.
         """
+        requested = None
         if isinstance(x, Tokens):
             tokens = x
             x = tokens.x
@@ -156,9 +170,22 @@ class Encoder(nn.Module):
             attn_mask = tokens.attn_mask if attn_mask is None else attn_mask
             edge_index = tokens.edge_index if edge_index is None else edge_index
             edge_bias = tokens.edge_bias if edge_bias is None else edge_bias
+            requested = tokens.graph_path
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"encoder input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
-        length = x.shape[1]
+        batch, length = x.shape[:2]
+        if edge_index is not None and self.kernel in ("sdpa", "math"):  # dense kernels can take a dense plan
+            path = requested or self.graph_path
+            path = choose_graph_path(batch, length, edge_index.shape[1], self.heads, self.dim, path,
+                                     self.max_dense_bytes, self.dense_min_fill, x.device)
+            self.last_graph_path = path
+            if path == "dense":
+                dense = edges_to_dense(edge_index, edge_bias, batch, length, self.heads, x.dtype)
+                if attn_mask is not None:
+                    raise ValueError("tokens carry both an attn_mask and an edge_index; give one structure")
+                attn_mask, edge_index, edge_bias = dense, None, None
+        elif edge_index is not None:
+            self.last_graph_path = "edge"
         if self.window is not None:
             band = local_window_mask(length, self.window, x.device)  # [L, L]
             if attn_mask is None:

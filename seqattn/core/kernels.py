@@ -51,7 +51,7 @@ def math_attention(
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
-            scores = scores + attn_mask
+            scores = scores + attn_mask.to(scores.dtype)  # a float32 bias under bf16 autocast: the scores' dtype
     weights = torch.softmax(scores, dim=-1)  # [B, H, L, S]
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)

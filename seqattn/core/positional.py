@@ -44,10 +44,14 @@ class LearnedPositional(nn.Module):
 
 
 def sinusoidal_table(length: int, dim: int, device=None, dtype=torch.float32) -> torch.Tensor:
-    """``[L, D]`` table: ``PE[p, 2i] = sin(p / 10000^(2i/D))``, ``PE[p, 2i+1] = cos(...)``."""
-    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # [L, 1]
-    div = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(length, dim, device=device)
+    """``[L, D]`` table: ``PE[p, 2i] = sin(p / 10000^(2i/D))``, ``PE[p, 2i+1] = cos(p / 10000^(2i/D))``.
+
+    Computed in float64 when ``dtype`` is float64, else in float32, then cast to ``dtype``.
+    """
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    pos = torch.arange(length, device=device, dtype=work)[:, None]  # [L, 1]
+    div = torch.exp(torch.arange(0, dim, 2, device=device, dtype=work) * (-math.log(10000.0) / dim))  # [ceil(D/2)]
+    table = torch.zeros(length, dim, device=device, dtype=work)
     table[:, 0::2] = torch.sin(pos * div)
     table[:, 1::2] = torch.cos(pos * div[: dim // 2])
     return table.to(dtype)
@@ -65,8 +69,13 @@ class SinusoidalPositional(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
-        if self.table.shape[0] < length or self.table.device != x.device:
-            self.table = sinusoidal_table(max(length, 2 * self.table.shape[0]), self.dim, x.device)
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        if torch.compiler.is_exporting() or torch.jit.is_tracing() or torch.compiler.is_compiling():
+            # exported / traced / compiled graphs: the table is computed from the input's length, so
+            # the graph holds no length baked in from the example
+            return x + sinusoidal_table(length, self.dim, x.device, work).to(x.dtype).unsqueeze(0)
+        if self.table.shape[0] < length or self.table.device != x.device or self.table.dtype != work:
+            self.table = sinusoidal_table(max(length, 2 * self.table.shape[0]), self.dim, x.device, work)
         return x + self.table[:length].to(x.dtype).unsqueeze(0)  # [B, L, D] + [1, L, D]
 
 
@@ -77,13 +86,13 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary positional encoding needs an even head width, got {head_dim}")
-        self.head_dim = head_dim
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))  # [K/2]
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.base = head_dim, float(base)
 
     def _cos_sin(self, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        t = torch.arange(length, device=device, dtype=torch.float32)
-        freqs = torch.outer(t, self.inv_freq.to(device))  # [L, K/2]
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        t = torch.arange(length, device=device, dtype=work)
+        inv_freq = 1.0 / (self.base ** (torch.arange(0, self.head_dim, 2, device=device, dtype=work) / self.head_dim))
+        freqs = torch.outer(t, inv_freq)  # [L, K/2]
         emb = torch.cat([freqs, freqs], dim=-1)  # [L, K]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 IGNORE_INDEX = -100
-"""Label value that losses and metrics skip (padding, unlabeled frames); torch's cross-entropy default."""
+"""Label value that losses and metrics skip (padding, unlabeled frames); torch's cross-entropy default.
+The same value as :data:`seqattn.labels.IGNORE_INDEX` (the core imports nothing of seqattn)."""
 
 
 @dataclass
@@ -27,7 +28,14 @@ class Tokens:
             ``b * L + l`` (source row 0, target row 1: target attends to source).
         edge_bias: optional ``[E, H]`` float additive attention score per edge of ``edge_index``
             and head (e.g. edge features of a graph); the ``edge`` kernel adds it to the scores.
-        extra: modality-specific side information (e.g. frame times, word alignment).
+        grid: ``(h, w)`` when the ``L`` tokens (after any global tokens) lie on a row-major 2-D grid
+            (images); None otherwise.
+        num_global: how many global tokens (CLS / virtual node) lead each sequence (positions
+            ``0 .. num_global-1``); :func:`prepend_global_token` adds one.
+        graph_path: a requested attention path for ``edge_index`` structure (``dense`` | ``edge``);
+            None = the encoder plans it (see :mod:`seqattn.core.planning`).
+        extra: side information for figures and inspection only (e.g. frame features, words);
+            no code path depends on it.
     """
 
     x: torch.Tensor
@@ -35,6 +43,9 @@ class Tokens:
     attn_mask: torch.Tensor | None = None
     edge_index: torch.Tensor | None = None
     edge_bias: torch.Tensor | None = None
+    grid: tuple[int, int] | None = None
+    num_global: int = 0
+    graph_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -68,9 +79,9 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
       a column that allow everything (``True`` / ``0.0``);
     - ``edge_index`` over flattened ``b * L + l`` is renumbered to ``b * (L+1) + l + 1`` and gains,
       after the original ``E`` edges, the edges global->token, token->global for every real token
-      and the global token's self-loop. ``extra["global_edges"]`` counts the added edges
-      (so edge features can be padded for them) and ``extra["global_token"] = True``;
-      ``edge_bias [E, H]`` gains zero rows for the added edges.
+      and the global token's self-loop; ``edge_bias [E, H]`` gains zero rows for the added edges
+      (``extra["global_edges"]`` counts them, for inspection);
+    - ``num_global`` grows by one (a grid, if any, still describes the tokens after them).
     """
     x = tokens.x
     b, length, dim = x.shape
@@ -87,7 +98,7 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
         padded = attn_mask.new_full((*attn_mask.shape[:-2], length + 1, length + 1), allow)
         padded[..., 1:, 1:] = attn_mask
         attn_mask = padded
-    extra = dict(tokens.extra, global_token=True)
+    extra = dict(tokens.extra)
     edge_index = tokens.edge_index
     if edge_index is not None:
         graph = edge_index // length
@@ -103,8 +114,9 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
             torch.stack([glob_self, glob_self]),
         ], dim=1)
         edge_index = torch.cat([edge_index, added], dim=1)
-        extra["global_edges"] = added.shape[1]
+        extra["global_edges"] = n_added = added.shape[1]
     edge_bias = tokens.edge_bias
     if edge_bias is not None:
-        edge_bias = torch.cat([edge_bias, edge_bias.new_zeros(extra["global_edges"], edge_bias.shape[1])])  # [E+G, H]
-    return Tokens(x=x, mask=new_mask, attn_mask=attn_mask, edge_index=edge_index, edge_bias=edge_bias, extra=extra)
+        edge_bias = torch.cat([edge_bias, edge_bias.new_zeros(n_added, edge_bias.shape[1])])  # [E+G, H]
+    return Tokens(x=x, mask=new_mask, attn_mask=attn_mask, edge_index=edge_index, edge_bias=edge_bias, grid=tokens.grid,
+                  num_global=tokens.num_global + 1, graph_path=tokens.graph_path, extra=extra)

@@ -1,8 +1,12 @@
-"""The shared LightningModule: builds the network from its config, one ``model_step``.
+"""The shared LightningModule: builds the network from its config and the data's spec, one ``model_step``.
 
-A checkpoint's hyper-parameters hold the resolved network config (plain dicts),
-the label names and the optimizer config, so
-``SequenceLabeling.load_from_checkpoint(path)`` rebuilds the model without Hydra.
+A checkpoint's hyper-parameters hold the resolved network config (plain dicts), the data's spec
+(:class:`~seqattn.datakit.spec.DataSpec` as plain data: label names, vocabulary, target
+statistics) and the optimizer config, so ``SequenceLabeling.load_from_checkpoint(path)`` rebuilds
+the model without Hydra and without the training data.
+
+Weight decay applies to weight matrices only (parameters of two or more dimensions), never to
+biases, norms or learned positional tables.
 """
 
 from __future__ import annotations
@@ -15,6 +19,18 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from seqattn.datakit.spec import DataSpec
+from seqattn.model.build import build_network
+from seqattn.objectives.predictions import Prediction
+
+#: parameter names that never get weight decay besides the 1-D ones (biases, norms, global tokens)
+NO_DECAY_NAMES = ("positional.weight", "pos_table", "distance.weight")
+
+
+def decays(name: str, param: torch.Tensor) -> bool:
+    """Whether ``param`` gets weight decay: weight matrices (>= 2-D) except learned position / distance tables."""
+    return param.dim() >= 2 and not any(name.endswith(n) for n in NO_DECAY_NAMES)
+
 
 def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
@@ -24,18 +40,22 @@ class Objective(L.LightningModule):
     """Base objective. Subclasses define ``loss``, ``predictions`` and ``make_metrics``.
 
     Args:
-        net: a network config (dict with ``_target_``, e.g. ``seqattn.network.SequenceModel``)
+        net: a network config (dict with ``_target_``, e.g. ``seqattn.model.network.SequenceModel``)
             or an already built ``nn.Module`` (then it is not stored in the checkpoint's hparams).
+        spec: what the data told the model (a :class:`DataSpec` or its ``to_dict()``): fills the
+            network's data-derived arguments (classes, vocabulary, feature sizes) and the objective's
+            (label names, target statistics). None: everything comes from ``net`` and the arguments.
         optimizer: config of a ``torch.optim`` class (``_target_``, lr, ...); params are added here.
         scheduler: optional config of a callable ``(optimizer, total_steps) -> LRScheduler``
             (``_partial_: true``), stepped every batch.
-        labels: class names (index -> name), stored with the model.
+        labels: class names (index -> name); default ``spec.labels``.
         monitor, mode: the metric that picks the best checkpoint (used by callbacks).
     """
 
     def __init__(
         self,
         net: dict | nn.Module,
+        spec: dict | DataSpec | None = None,
         optimizer: dict | None = None,
         scheduler: dict | None = None,
         labels: list[str] | None = None,
@@ -45,6 +65,10 @@ class Objective(L.LightningModule):
         super().__init__()
         optimizer = _plain(optimizer) or {"_target_": "torch.optim.AdamW", "lr": 1e-3}
         scheduler = _plain(scheduler)
+        data_spec = DataSpec.from_dict(_plain(spec))
+        spec = data_spec.to_dict() if data_spec is not None else None  # plain data in the checkpoint
+        if labels is None and data_spec is not None and data_spec.labels is not None:
+            labels = list(data_spec.labels)
         labels = list(labels) if labels is not None else None
         if isinstance(net, nn.Module):
             self.save_hyperparameters(ignore=["net"])
@@ -52,14 +76,15 @@ class Objective(L.LightningModule):
         else:
             net = _plain(net)  # plain dicts: the checkpoint loads without Hydra or OmegaConf objects
             self.save_hyperparameters()
-            self.net = instantiate(net, _convert_="all")
+            self.net = build_network(net, data_spec)
+        self.spec = data_spec
         self.optimizer_cfg, self.scheduler_cfg = optimizer, scheduler
         self.labels = labels
         # keys carry a suffix: a ModuleDict key "train" would shadow nn.Module.train
         self.metrics = nn.ModuleDict({f"{stage}_metrics": self.make_metrics() for stage in ("train", "val", "test")})
 
     run_config: dict | None = None  # the whole resolved run config, set by seqattn.run.train
-    # parameter name -> learning-rate multiplier (fine-tuning: pretrained parts slower); set by seqattn.finetune
+    # parameter name -> learning-rate multiplier (fine-tuning: pretrained parts slower); set by seqattn.training.finetune
     lr_multipliers: dict[str, float] | None = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -87,6 +112,11 @@ class Objective(L.LightningModule):
     def forward(self, batch: dict, return_attention: bool | list[int] = False) -> dict:
         return self.net(batch, return_attention=return_attention)
 
+    def loss_weight(self, out: dict, batch: dict) -> int:
+        """How many examples this batch's loss averages over (the epoch loss weights batches by it):
+        sequences by default; labeled tokens for token labeling."""
+        return int(out["logits"].shape[0])
+
     def model_step(self, batch: dict, stage: str) -> torch.Tensor:
         out = self(batch)
         loss = self.loss(out, batch)
@@ -94,11 +124,12 @@ class Objective(L.LightningModule):
         metrics = self.metrics[f"{stage}_metrics"]
         metrics.update(preds, targets)
         self.update_stage_metrics(stage, preds, targets)
-        batch_size = out["logits"].shape[0]
-        self.log(f"{stage}/loss", loss, prog_bar=stage != "test", on_step=stage == "train", on_epoch=True,
-                 batch_size=batch_size)
+        weight = self.loss_weight(out, batch)
+        if weight > 0:  # a batch with nothing labeled adds nothing to the epoch loss
+            self.log(f"{stage}/loss", loss, prog_bar=stage != "test", on_step=stage == "train", on_epoch=True,
+                     batch_size=weight)
         self.log_dict({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=stage == "val", on_step=False,
-                      on_epoch=True, batch_size=batch_size)
+                      on_epoch=True, batch_size=int(out["logits"].shape[0]))
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -110,26 +141,32 @@ class Objective(L.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self.model_step(batch, "test")
 
-    def predict_step(self, batch: dict, batch_idx: int) -> dict:
-        """Raw network output for ``seqattn.predict`` (objectives override with probabilities etc.)."""
-        out = self(batch)
-        return {"logits": out["logits"], "mask": out["mask"], "ids": batch.get("ids")}
+    def predict_step(self, batch: dict, batch_idx: int) -> Prediction:
+        """A typed :class:`Prediction` for ``seqattn.predict`` (each objective defines its kind)."""
+        raise NotImplementedError
 
-    def parameter_groups(self) -> list:
-        """The trainable parameters (frozen ones left out), grouped by ``lr_multipliers`` when set:
-        ``[{"params": [...], "lr": lr * mult}, ...]``."""
+    def parameter_groups(self) -> list[dict]:
+        """The trainable parameters (frozen ones left out) in groups ``{"params", "weight_decay"[, "lr"]}``:
+        weight decay (``optimizer.weight_decay``) on weight matrices only (:func:`decays`), and the
+        learning rate scaled by ``lr_multipliers`` (fine-tuning) when set."""
         named = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
         if not named:
             raise ValueError("no trainable parameters: everything is frozen (see the run's `freeze` option)")
-        if not self.lr_multipliers:
-            return [p for _, p in named]
         lr = self.optimizer_cfg.get("lr")
-        if lr is None:
+        if self.lr_multipliers and lr is None:
             raise ValueError(f"lr_multipliers need optimizer.lr; the optimizer config is {self.optimizer_cfg}")
-        groups: dict[float, list] = {}
+        weight_decay = float(self.optimizer_cfg.get("weight_decay", 0.0) or 0.0)
+        groups: dict[tuple[float, bool], list] = {}
         for name, param in named:
-            groups.setdefault(float(self.lr_multipliers.get(name, 1.0)), []).append(param)
-        return [{"params": params, "lr": lr * mult} for mult, params in sorted(groups.items(), reverse=True)]
+            mult = float(self.lr_multipliers.get(name, 1.0)) if self.lr_multipliers else 1.0
+            groups.setdefault((mult, decays(name, param)), []).append(param)
+        out = []
+        for (mult, decay), params in sorted(groups.items(), key=lambda kv: (-kv[0][0], not kv[0][1])):
+            group = {"params": params, "weight_decay": weight_decay if decay else 0.0}
+            if self.lr_multipliers:
+                group["lr"] = lr * mult
+            out.append(group)
+        return out
 
     def configure_optimizers(self):
         # partial, then called: Hydra would wrap a list of param-group dicts in an OmegaConf container

@@ -6,9 +6,9 @@ network output ``logits [B, T]`` (a pooled head with ``num_outputs = T``).
 Per target ``kind``:
 
 - ``regression``: the network predicts the *standardised* target ``(y - mean) / std``; loss MSE
-  on that scale; metrics RMSE and MAE in the original units. ``mean`` / ``std`` come from the
-  training split (the datamodule puts them into ``objective.target_mean`` / ``target_std`` via
-  ``model_overrides()``) and are saved in the checkpoint's hyper-parameters.
+  on that scale; metrics RMSE and MAE in the original units. The kinds and ``mean`` / ``std`` come
+  from the data (``DataSpec.target_kinds`` / ``target_mean`` / ``target_std``, statistics of the
+  training split) and are saved in the checkpoint with the spec.
 - ``classification``: binary, labels 0/1; loss BCE with logits; metric ROC-AUC.
 
 Letters: b batch, t targets.
@@ -24,6 +24,7 @@ from torchmetrics import Metric, MetricCollection
 from torchmetrics.functional.classification import binary_auroc
 
 from seqattn.objectives.base import Objective
+from seqattn.objectives.predictions import Prediction
 
 KINDS = ("regression", "classification")
 
@@ -97,20 +98,28 @@ class PropertyPrediction(Objective):
     """Regression and/or binary classification of ``T`` targets per sequence, missing labels masked.
 
     Args (besides :class:`Objective`'s; ``labels`` are the target names):
-        target_kinds: ``regression`` | ``classification``, one for all targets or a list of ``T``.
+        target_kinds: ``regression`` | ``classification``, one for all targets or a list of ``T``;
+            default: the spec's, else ``regression``.
         target_mean, target_std: ``[T]`` training statistics for standardising regression targets
-            (ignored for classification targets); ``None`` = 0 and 1.
+            (ignored for classification targets); default: the spec's, else 0 and 1.
     """
 
     def __init__(
         self,
         *args,
-        target_kinds: str | Sequence[str] = "regression",
+        target_kinds: str | Sequence[str] | None = None,
         target_mean: Sequence[float] | None = None,
         target_std: Sequence[float] | None = None,
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
+        spec = self.spec
+        if target_kinds is None:
+            target_kinds = list(spec.target_kinds) if spec is not None and spec.target_kinds else "regression"
+        if target_mean is None and spec is not None and spec.target_mean is not None:
+            target_mean = list(spec.target_mean)
+        if target_std is None and spec is not None and spec.target_std is not None:
+            target_std = list(spec.target_std)
         t = self.num_targets
         kinds = [target_kinds] * t if isinstance(target_kinds, str) else list(target_kinds)
         if len(kinds) != t or any(k not in KINDS for k in kinds):
@@ -199,7 +208,6 @@ class PropertyPrediction(Objective):
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         return self.predict_values(out["logits"].detach()), batch["targets"]
 
-    def predict_step(self, batch: dict, batch_idx: int) -> dict:
+    def predict_step(self, batch: dict, batch_idx: int) -> Prediction:
         out = self(batch)
-        return {"pred": self.predict_values(out["logits"]), "names": self.target_names, "kinds": self.kinds,
-                "ids": batch.get("ids")}
+        return Prediction("properties", self.predict_values(out["logits"].float()), names=self.target_names)

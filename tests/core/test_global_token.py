@@ -20,7 +20,7 @@ def test_shapes_mask_and_vector_in_front():
     torch.testing.assert_close(out.x[:, 0], vector.expand(2, 8))
     torch.testing.assert_close(out.x[:, 1:], tokens.x)
     assert out.mask.tolist() == [[True] * 5, [True, True, True, True, False]]
-    assert out.extra["global_token"] is True
+    assert out.num_global == 1
     assert prepend_global_token(_tokens(with_mask=False), vector).mask.all()
 
 

@@ -17,10 +17,10 @@ class _Adapter(torch.nn.Module):
 
 
 NET = {
-    "_target_": "seqattn.network.SequenceModel",
+    "_target_": "seqattn.model.network.SequenceModel",
     "adapter": {"_target_": "tests.objectives.test_labeling._Adapter"},
     "encoder": {"_target_": "seqattn.core.Encoder", "dim": 8, "depth": 1, "heads": 2, "dropout": 0.0},
-    "head": {"_target_": "seqattn.heads.TokenHead", "dim": 8, "num_outputs": 3},
+    "head": {"_target_": "seqattn.model.heads.TokenHead", "dim": 8, "num_outputs": 3},
 }
 
 
@@ -74,3 +74,17 @@ def test_warmup_cosine_schedule_shape():
     assert lrs[-1] < 0.01
     with pytest.raises(ValueError, match="total_steps must be positive"):
         warmup_cosine(opt, total_steps=0)
+
+
+def test_weight_decay_only_on_weight_matrices():
+    net = dict(NET, encoder={**NET["encoder"], "positional": "learned", "max_len": 8})
+    model = SequenceLabeling(net=net, labels=["a", "b", "c"], optimizer={"_target_": "torch.optim.AdamW", "lr": 1e-3,
+                                                                         "weight_decay": 0.05})
+    decayed = {id(p) for g in model.parameter_groups() if g["weight_decay"] > 0 for p in g["params"]}
+    names = {n: id(p) in decayed for n, p in model.named_parameters()}
+    assert names["net.encoder.layers.0.attn.q_proj.weight"] and names["net.head.net.1.weight"]
+    assert not names["net.encoder.layers.0.attn.q_proj.bias"]
+    assert not names["net.encoder.layers.0.norm1.weight"]  # norms: 1-D
+    assert not names["net.encoder.positional.weight"]  # a learned positional table is not shrunk to zero
+    optimizer = model.configure_optimizers()
+    assert {g["weight_decay"] for g in optimizer.param_groups} == {0.0, 0.05}

@@ -18,7 +18,7 @@ def roc_auc_by_pairs(labels: torch.Tensor, scores: torch.Tensor) -> float:
 
 
 def _net(targets: int) -> dict:
-    return dict(NET, head={"_target_": "seqattn.heads.PooledHead", "dim": 8, "num_outputs": targets,
+    return dict(NET, head={"_target_": "seqattn.model.heads.PooledHead", "dim": 8, "num_outputs": targets,
                            "pooling": "mean"})
 
 

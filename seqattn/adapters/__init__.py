@@ -1,1 +1,0 @@
-"""Modality front ends: raw input -> :class:`seqattn.core.tokens.Tokens`."""

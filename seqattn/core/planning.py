@@ -1,0 +1,121 @@
+"""Structure planning: which exact attention path a structure takes, and what it will cost.
+
+Letters: b batch, n nodes / tokens per sequence (padded), e edges, h heads, d width.
+
+Graph structure arrives as ``Tokens.edge_index [2, E]`` (+ ``edge_bias [E, H]``) over flattened
+positions ``b * N + n``. Two exact paths compute the same attention:
+
+- ``dense``: the edges become a ``[B, N, N]`` bool mask (no bias) or a ``[B, H, N, N]`` float mask
+  (``-inf`` off the graph, the bias on edges) for the fused dense kernel;
+- ``edge``: the O(E) sparse softmax of :func:`seqattn.core.kernels.edge_attention`.
+
+:func:`choose_graph_path` picks one (``auto``: dense when the edges fill at least
+``dense_min_fill`` of the ``B·N²`` blocks and the dense path fits ``max_dense_bytes``); before
+either path allocates, its memory is estimated (:func:`estimate_attention_bytes`) and a
+``ValueError`` names the estimate when it cannot fit. This is a property of attention, not of
+molecules or social networks: the encoder plans it once per forward.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+GRAPH_PATHS = ("auto", "dense", "edge")
+
+
+def estimate_attention_bytes(path: str, batch: int, nodes: int, edges: int, heads: int, dim: int,
+                             element_size: int = 4) -> int:
+    """Bytes one attention layer needs for its scores, mask and gathered messages (forward + saved
+    for backward), an estimate to refuse a run before it allocates.
+
+    ``dense``: mask, scores and weights ``[B, H, N, N]`` (3 x). ``edge``: per edge and head a score,
+    exp, weight and gradient (4 x), plus gathered q, k, v rows ``[E, D]`` (3 x) and the message.
+    """
+    if path == "dense":
+        return 3 * batch * heads * nodes * nodes * element_size
+    if path == "edge":
+        return edges * (4 * heads + 4 * dim) * element_size
+    raise ValueError(f"path must be 'dense' or 'edge', got {path!r}")
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Free memory of ``device`` (CUDA: ``mem_get_info``; CPU: MemAvailable of /proc/meminfo), or None."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if hasattr(os, "sysconf"):
+        try:
+            return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def check_graph_path(path: str) -> str:
+    if path not in GRAPH_PATHS:
+        raise ValueError(f"graph path {path!r} is not one of {GRAPH_PATHS}")
+    return path
+
+
+def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, path: str = "auto",
+                      max_dense_bytes: int = 2**30, dense_min_fill: float = 0.15,
+                      device: torch.device | None = None) -> str:
+    """``dense`` or ``edge`` for ``batch`` sequences padded to ``nodes`` with ``edges`` attention edges.
+
+    ``path="dense"`` above ``max_dense_bytes`` and any path above the device's free memory raise
+    ``ValueError`` with the estimate (before anything is allocated).
+    """
+    check_graph_path(path)
+    device = torch.device("cpu") if device is None else device
+    dense_bytes = estimate_attention_bytes("dense", batch, nodes, edges, heads, dim)
+    edge_bytes = estimate_attention_bytes("edge", batch, nodes, edges, heads, dim)
+    if path == "dense":
+        if dense_bytes > max_dense_bytes:
+            raise ValueError(
+                f"graph_path='dense' needs about {_gib(dense_bytes)} per attention layer for {batch} graph(s) "
+                f"padded to {nodes} nodes and {heads} heads, above max_dense_bytes={max_dense_bytes} "
+                f"({_gib(max_dense_bytes)}); use graph_path='edge' (O(E)) or 'auto', or smaller batches")
+        chosen, need = "dense", dense_bytes
+    elif path == "edge":
+        chosen, need = "edge", edge_bytes
+    else:
+        fill = edges / max(1, batch * nodes * nodes)
+        chosen = "dense" if dense_bytes <= max_dense_bytes and fill >= dense_min_fill else "edge"
+        need = dense_bytes if chosen == "dense" else edge_bytes
+    free = available_memory_bytes(device)
+    if free is not None and need > free:
+        raise ValueError(
+            f"graph attention ({chosen} path) needs about {_gib(need)} per layer for {batch} graph(s), {nodes} "
+            f"padded nodes, {edges} attention edges, {heads} heads, width {dim}; only {_gib(free)} is available on "
+            f"{device}. Use smaller batches, fewer hops, or neighbour sampling")
+    return chosen
+
+
+def edges_to_dense(edge_index: torch.Tensor, edge_bias: torch.Tensor | None, batch: int, length: int,
+                   heads: int, dtype: torch.dtype) -> torch.Tensor:
+    """Edges over flattened ``b * L + l`` (row 0 source = key, row 1 target = query) -> a dense mask:
+    bool ``[B, L, L]`` without a bias, else float ``[B, H, L, L]`` (``-inf`` off the graph, the
+    bias on edges; differentiable in ``edge_bias``). Repeated edges: the last one's bias."""
+    src, dst = edge_index
+    gb, qi, kj = dst // length, dst % length, src % length
+    if edge_bias is None:
+        adj = torch.zeros(batch, length, length, dtype=torch.bool, device=edge_index.device)
+        adj[gb, qi, kj] = True
+        return adj  # [B, L, L]
+    h = torch.arange(heads, device=edge_index.device)
+    flat = ((gb[:, None] * heads + h[None]) * length + qi[:, None]) * length + kj[:, None]  # [E, H]
+    dense = torch.full((batch * heads * length * length,), float("-inf"), dtype=dtype, device=edge_index.device)
+    dense = dense.index_put((flat.flatten(),), edge_bias.flatten().to(dtype))  # differentiable
+    return dense.view(batch, heads, length, length)

@@ -1,1 +1,0 @@
-"""Built-in datasets, readers for custom files and DataModules."""

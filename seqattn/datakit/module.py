@@ -1,0 +1,198 @@
+"""The one DataModule base every task's data derives from.
+
+:class:`TaskDataModule` owns what every task's data has in common:
+
+- the shared constructor arguments (``batch_size``, ``num_workers``, ``seed``, ``data_dir``,
+  ``val_fraction`` / ``test_fraction``, ``limit``, ``labels``, ``encoding``), checked once;
+- the label set: from the training split unless given (:meth:`set_labels`), with a clear error for
+  a label in val/test that training never saw, or a training set with one class only;
+- the loaders over ``self.datasets[split]`` with ``self.collate`` (training shuffled by a generator
+  seeded with ``seed``);
+- the spec the model is built from (:meth:`spec`, a :class:`~seqattn.datakit.spec.DataSpec`);
+- the predict protocol: :meth:`predict_loader` (batches of a user's unlabeled inputs) and
+  :meth:`describe` (what each item of such a batch is, as :class:`~seqattn.datakit.items.Item`).
+
+A subclass reads its data in ``setup()`` into ``self.datasets`` and sets ``collate``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from seqattn.datakit.files import resolve_data_dir
+from seqattn.datakit.items import Item
+from seqattn.datakit.spec import DataSpec
+from seqattn.datakit.splits import check_fractions
+from seqattn.labels import SPLITS
+
+log = logging.getLogger("seqattn.datakit")
+
+
+class ListDataset(Dataset):
+    """A list of prepared items."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.items[index]
+
+
+class TaskDataModule(L.LightningDataModule):
+    """Shared base of the task DataModules (see the module docstring).
+
+    Args:
+        batch_size: items per batch (positive).
+        num_workers: DataLoader worker processes.
+        seed: seeds the split and the training shuffle.
+        data_dir: cache of built-in / downloaded data (None: ``$SEQATTN_DATA_DIR`` or ``~/.cache/seqattn``).
+        val_fraction, test_fraction: split fractions when the data has no split of its own.
+        limit: at most this many items per split (quick runs), or None.
+        labels: the label set in index order; None = the labels of the training split, sorted.
+        encoding: text encoding of the user's files (UTF-8 with or without BOM by default).
+    """
+
+    collate: Callable[[list[Any]], dict[str, Any]]
+    #: what the labels are called in messages ("labels", "tags", "classes")
+    label_kind = "labels"
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 0,
+        data_dir: str | Path | None = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        limit: int | None = None,
+        labels: Sequence[str] | None = None,
+        encoding: str = "utf-8",
+    ) -> None:
+        super().__init__()
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        if limit is not None and (not isinstance(limit, int) or limit <= 0):
+            raise ValueError(f"limit must be a positive number of items per split or None, got {limit!r}")
+        check_fractions(val_fraction, test_fraction)
+        if labels is not None:
+            labels = [str(x) for x in labels]
+            dup = sorted({x for x in labels if labels.count(x) > 1})
+            if dup:
+                raise ValueError(f"labels lists {dup} more than once: {labels}")
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, int(seed)
+        self.data_dir = resolve_data_dir(data_dir)
+        self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
+        self.limit = limit
+        self.encoding = encoding
+        self._labels: list[str] | None = list(labels) if labels is not None else None
+        self.datasets: dict[str, Dataset] = {}
+
+    # -- labels ---------------------------------------------------------------------------------
+    @property
+    def label_names(self) -> list[str]:
+        if self._labels is None:
+            raise RuntimeError("label_names are known after setup() (they come from the training split)")
+        return list(self._labels)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+    def set_labels(self, splits: Mapping[str, Iterable[tuple[str, str]]], min_classes: int = 2,
+                   source: str = "the training data") -> list[str]:
+        """Fix the label set from ``splits`` = ``{split: [(label, "file:line"), ...]}``.
+
+        Without ``labels`` given, the set is the training split's labels, sorted. Every label of
+        every split must be in it (else ``ValueError`` at the first offending line), and it must
+        have at least ``min_classes`` labels (a classifier of one class learns nothing).
+        """
+        seen = {s: list(v) for s, v in splits.items()}
+        if self._labels is None:
+            train = sorted({lab for lab, _ in seen.get("train", [])})
+            self._labels = train
+        known = set(self._labels)
+        for name in SPLITS:
+            unknown = Counter(lab for lab, _ in seen.get(name, []) if lab not in known)
+            if unknown:
+                label = next(iter(unknown))
+                at = next(w for lab, w in seen[name] if lab == label)
+                kind = self.label_kind[:-1] if self.label_kind.endswith("s") else self.label_kind
+                raise ValueError(f"{at}: {kind} {label!r} in the {name} split is not in the label set {self._labels} "
+                                 f"(from the training split unless data.labels is set; unknown: {dict(unknown)}); add "
+                                 "training examples of it, or set data.labels to the full set")
+        if len(self._labels) < min_classes:
+            counts = Counter(lab for lab, _ in seen.get("train", []))
+            raise ValueError(f"{source} has {len(self._labels)} distinct {self.label_kind} {self._labels} "
+                             f"({dict(counts)} examples) in the training split; a model needs at least {min_classes} "
+                             f"to learn to tell them apart: check the label column and the split")
+        return list(self._labels)
+
+    def cap(self, splits: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """``limit``: at most that many items per split (logged)."""
+        if self.limit is None:
+            return splits
+        out = {}
+        for name, items in splits.items():
+            if len(items) > self.limit:
+                log.info("limit=%d: using %d of %d %s items", self.limit, self.limit, len(items), name)
+            out[name] = items[: self.limit]
+        return out
+
+    # -- what the model needs -------------------------------------------------------------------
+    def spec(self) -> DataSpec:
+        """What the model is built from (after ``setup()``). Default: the label set."""
+        return DataSpec(num_outputs=self.num_classes, labels=self.label_names)
+
+    def split_sizes(self) -> dict[str, int]:
+        """Items per split (after ``setup()``)."""
+        return {name: len(self.datasets[name]) if name in self.datasets else 0 for name in SPLITS}
+
+    # -- loaders --------------------------------------------------------------------------------
+    def loader(self, dataset: Dataset, shuffle: bool = False, batch_size: int | None = None,
+               collate: Callable | None = None) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, generator=generator,
+                          num_workers=self.num_workers, collate_fn=collate or self.collate,
+                          persistent_workers=self.num_workers > 0)
+
+    def split_loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        if not self.datasets:
+            self.setup()
+        if split not in self.datasets:
+            raise ValueError(f"no {split} split (splits: {sorted(self.datasets)})")
+        return self.loader(self.datasets[split], shuffle)
+
+    def train_dataloader(self) -> DataLoader:
+        return self.split_loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.split_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.split_loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self.split_loader("test")
+
+    # -- predict protocol -----------------------------------------------------------------------
+    def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
+        """Batches of a user's unlabeled inputs read from ``source`` (a file or folder in the task's
+        predict format). Needs no ``setup()``: what it needs comes from this module's config."""
+        raise NotImplementedError(f"{type(self).__name__} does not read prediction inputs")
+
+    def describe(self, batch: Mapping[str, Any]) -> list[Item]:
+        """What each item of ``batch`` is (one :class:`Item` per item). Default: its id."""
+        return [Item(id=str(i)) for i in batch["ids"]]

@@ -1,0 +1,213 @@
+"""Speech as a sequence of frames from a sliding window: reading audio, framing, frame features.
+
+One framing everywhere: frame ``i`` covers samples ``[i * hop, i * hop + win)`` and
+its label is the label at its centre sample ``i * hop + win // 2``. There is no
+centre padding, so a frame only ever sees real samples of its own utterance and
+the features of an item do not depend on how much padding its batch has.
+
+Letters: b batch, t samples, f frames, c feature dim, d model width.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import soundfile as sf
+import torch
+import torchaudio
+from torch import nn
+
+from seqattn.core.masks import lengths_to_mask
+from seqattn.labels import IGNORE_INDEX
+
+FEATURES = ("raw", "logmel", "mfcc")
+_LOG_EPS = 1e-6
+_STD_EPS = 1e-5
+
+
+def ms_to_samples(ms: float, sample_rate: int) -> int:
+    """Milliseconds -> whole samples (rounded)."""
+    return int(round(ms * sample_rate / 1000.0))
+
+
+def num_frames(num_samples: int, win: int, hop: int) -> int:
+    """Number of full windows: ``1 + (num_samples - win) // hop``, 0 if shorter than ``win``."""
+    if win <= 0 or hop <= 0:
+        raise ValueError(f"win and hop must be positive sample counts, got win={win}, hop={hop}")
+    if num_samples < win:
+        return 0
+    return 1 + (num_samples - win) // hop
+
+
+def load_audio(path: str | Path, sample_rate: int) -> torch.Tensor:
+    """Read an audio file as float32 mono ``[T]`` at ``sample_rate``.
+
+    Multichannel audio is averaged over channels; a file at another rate is
+    resampled with ``torchaudio.functional.resample``.
+    """
+    path = Path(path)
+    try:
+        data, file_rate = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
+    except Exception as err:  # soundfile raises LibsndfileError / RuntimeError / OSError
+        raise ValueError(f"cannot read audio file {path}: {err}") from err
+    if data.shape[0] == 0:
+        raise ValueError(f"audio file {path} is empty (0 samples)")
+    wav = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))  # [T]
+    if file_rate != sample_rate:
+        wav = torchaudio.functional.resample(wav, int(file_rate), int(sample_rate))  # [T']
+    return wav.to(torch.float32)
+
+
+def frame_labels(
+    segments: Sequence[Sequence],
+    num_samples: int,
+    sample_rate: int,
+    win: int,
+    hop: int,
+    label_to_index: Mapping[str, int],
+    default: str | None = None,
+) -> torch.Tensor:
+    """Per-frame class indices ``[F]`` long from ``(start_s, end_s, label)`` segments.
+
+    A frame takes the label of the segment covering its centre sample
+    (``start <= centre < end``; a later segment wins where segments overlap).
+    A frame no segment covers gets ``default`` (a label name) or, if ``default``
+    is None, ``-100`` (ignored by the loss).
+    """
+
+    def index_of(name: str) -> int:
+        if name not in label_to_index:
+            raise ValueError(f"unknown label {name!r}; known labels: {sorted(label_to_index)}")
+        return label_to_index[name]
+
+    fill = IGNORE_INDEX if default is None else index_of(default)
+    n = num_frames(num_samples, win, hop)
+    centres = torch.arange(n) * hop + win // 2  # [F]
+    out = torch.full((n,), fill, dtype=torch.long)  # [F]
+    for start_s, end_s, name in segments:
+        idx = index_of(str(name))
+        start, end = round(float(start_s) * sample_rate), round(float(end_s) * sample_rate)
+        out[(centres >= start) & (centres < end)] = idx
+    return out
+
+
+class AudioFeatures(nn.Module):
+    """Waveform -> frame features: ``raw`` window samples, ``logmel`` or ``mfcc``.
+
+    No trainable parameters. ``win`` / ``hop`` are in samples.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        win_ms: float = 25.0,
+        hop_ms: float = 10.0,
+        features: str = "logmel",
+        n_mels: int = 40,
+        n_mfcc: int = 20,
+        normalize: bool = True,
+    ) -> None:
+        super().__init__()
+        if features not in FEATURES:
+            raise ValueError(f"features={features!r} is not one of {FEATURES}")
+        if sample_rate <= 0:
+            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+        self.sample_rate = int(sample_rate)
+        self.win = ms_to_samples(win_ms, sample_rate)
+        self.hop = ms_to_samples(hop_ms, sample_rate)
+        if self.win <= 0 or self.hop <= 0:
+            raise ValueError(
+                f"win_ms={win_ms} and hop_ms={hop_ms} must each be at least one sample at {sample_rate} Hz"
+            )
+        if features == "mfcc" and not 0 < n_mfcc <= n_mels:
+            raise ValueError(f"n_mfcc={n_mfcc} must be in 1..n_mels={n_mels}")
+        self.kind = features
+        self.n_mels = n_mels
+        self.n_mfcc = n_mfcc
+        self.normalize = normalize
+        if features != "raw":
+            self.mel = torchaudio.transforms.MelSpectrogram(
+                sample_rate=sample_rate,
+                n_fft=self.win,
+                win_length=self.win,
+                hop_length=self.hop,
+                n_mels=n_mels,
+                center=False,
+                power=2.0,
+            )
+        if features == "mfcc":
+            dct = torchaudio.functional.create_dct(n_mfcc, n_mels, norm="ortho")  # [n_mels, n_mfcc]
+            self.register_buffer("dct", dct, persistent=False)
+
+    @property
+    def feature_dim(self) -> int:
+        return {"raw": self.win, "logmel": self.n_mels, "mfcc": self.n_mfcc}[self.kind]
+
+    def _check(self, waveform: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if waveform.dim() == 1:
+            waveform = waveform[None]  # [1, T]
+            if lengths is not None and lengths.dim() == 0:
+                lengths = lengths[None]
+        if waveform.dim() != 2:
+            raise ValueError(f"waveform must be [B, T] or [T], got shape {tuple(waveform.shape)}")
+        b, t = waveform.shape
+        if lengths is None:
+            lengths = torch.full((b,), t, dtype=torch.long, device=waveform.device)
+        if lengths.shape != (b,):
+            raise ValueError(f"lengths must be [B] = [{b}], got shape {tuple(lengths.shape)}")
+        if torch.compiler.is_exporting():  # torch.export / ONNX: no checks that branch on tensor values
+            return waveform.float(), lengths.long()
+        if (lengths > t).any() or (lengths < 0).any():
+            raise ValueError(f"lengths must be in 0..T={t}, got {lengths.tolist()}")
+        if t == 0:
+            raise ValueError("waveform is empty (0 samples); need at least one window of "
+                             f"{self.win} samples ({self._ms(self.win):.1f} ms)")
+        too_short = (lengths < self.win).nonzero().flatten().tolist()
+        if too_short:
+            i = too_short[0]
+            n = int(lengths[i])
+            raise ValueError(
+                f"batch item {i} has {n} samples ({self._ms(n):.1f} ms), shorter than the analysis "
+                f"window of {self.win} samples ({self._ms(self.win):.1f} ms); "
+                f"{len(too_short)} item(s) too short: {too_short}"
+            )
+        return waveform.float(), lengths.long()
+
+    def _ms(self, n: int) -> float:
+        return 1000.0 * n / self.sample_rate
+
+    def frame_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Samples ``[B]`` -> number of frames ``[B]`` (0 where shorter than ``win``)."""
+        return torch.where(lengths >= self.win, 1 + (lengths - self.win).div(self.hop, rounding_mode="floor"), 0)
+
+    def forward(
+        self, waveform: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frame features of a padded batch.
+
+        Args:
+            waveform: ``[B, T]`` float (or ``[T]``, a batch of one), zero-padded.
+            lengths: ``[B]`` long real samples per item, or None (all ``T``).
+
+        Returns:
+            feats ``[B, F, C]`` with ``F = num_frames(T, win, hop)``, ``C = feature_dim``;
+            padding frames are zero. mask ``[B, F]`` bool, True = real frame.
+        """
+        waveform, lengths = self._check(waveform, lengths)
+        if self.kind == "raw":
+            feats = waveform.unfold(-1, self.win, self.hop)  # [B, F, win]
+        else:
+            power = self.mel(waveform)  # [B, n_mels, F]
+            feats = torch.log(power + _LOG_EPS).transpose(1, 2)  # [B, F, n_mels]
+            if self.kind == "mfcc":
+                feats = feats @ self.dct  # [B, F, n_mfcc]
+        mask = lengths_to_mask(self.frame_lengths(lengths), max_len=feats.shape[1])  # [B, F]
+        m = mask[..., None].to(feats.dtype)  # [B, F, 1]
+        if self.normalize:
+            count = m.sum(dim=1, keepdim=True)  # [B, 1, 1]
+            mean = (feats * m).sum(dim=1, keepdim=True) / count  # [B, 1, C]
+            var = ((feats - mean) ** 2 * m).sum(dim=1, keepdim=True) / count  # [B, 1, C]
+            feats = (feats - mean) / var.sqrt().clamp_min(_STD_EPS)  # [B, F, C]
+        return feats * m, mask

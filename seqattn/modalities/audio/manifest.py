@@ -1,0 +1,151 @@
+"""Audio manifests: which files, with which labels, in which split.
+
+A manifest is JSONL, one utterance per line, or a CSV with a header. Relative paths resolve
+against the manifest's folder. Keys / columns:
+
+- ``path`` (required): the audio file (WAV, FLAC, OGG, ... anything soundfile reads);
+- frame labels: ``segments`` (JSONL: inline ``[[start_s, end_s, label], ...]``) or ``labels`` (a
+  label file, Audacity style: ``start<TAB>end<TAB>label`` per line);
+- ``split`` (``train`` / ``val`` / ``test``; ``dev`` and ``valid`` mean ``val``), ``speaker``: optional.
+
+Example::
+
+    {"path": "a.wav", "segments": [[0.0, 0.31, "sil"], [0.31, 0.42, "k"], ...]}
+    {"path": "b.wav", "labels": "b.txt", "split": "val", "speaker": "spk1"}
+
+    path,labels,split,speaker
+    a.wav,a.txt,train,spk1
+
+Every error names ``file:line``. The built-in synthetic corpus
+(:mod:`seqattn.modalities.audio.corpus`) is written in the same format.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from seqattn.datakit.files import existing_file, iter_lines, read_jsonl, read_table, table_format
+from seqattn.labels import is_missing, split_name
+
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au")
+
+
+def read_label_file(path: str | Path, encoding: str = "utf-8") -> list[tuple[float, float, str]]:
+    """Audacity label file -> ``[(start_s, end_s, label)]``.
+
+    One ``start<TAB>end<TAB>label`` per line; blank lines and Audacity's spectral-selection lines
+    (starting with a backslash) are skipped.
+    """
+    out = []
+    for lineno, line in iter_lines(path, encoding, "label file"):
+        if not line.strip() or line.lstrip().startswith("\\"):
+            continue
+        parts = line.split("\t") if "\t" in line else line.split(None, 2)
+        if len(parts) != 3 or not parts[2].strip():
+            raise ValueError(f"{Path(path).expanduser()}:{lineno}: expected 'start<TAB>end<TAB>label', got {line!r}")
+        out.append(segment(parts, f"{Path(path).expanduser()}:{lineno}"))
+    return out
+
+
+def segment(seg: Any, where: str) -> tuple[float, float, str]:
+    """``[start_s, end_s, label]`` -> checked ``(start, end, label)``; ``ValueError`` naming ``where``."""
+    if not isinstance(seg, (list, tuple)) or len(seg) != 3:
+        raise ValueError(f"{where}: a segment must be [start_s, end_s, label], got {seg!r}")
+    try:
+        start, end = float(seg[0]), float(seg[1])
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: segment times must be numbers (seconds), got {seg!r}") from None
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise ValueError(f"{where}: segment times must be finite seconds, got {seg!r}")
+    if seg[2] is None or is_missing(seg[2]):
+        raise ValueError(f"{where}: segment {seg!r} has no label")
+    label = str(seg[2]).strip()
+    if start < 0 or end <= start:
+        raise ValueError(f"{where}: segment {seg!r} needs 0 <= start < end (seconds)")
+    return start, end, label
+
+
+def _ident(audio: Path, base: Path) -> str:
+    try:
+        return str(audio.relative_to(base).with_suffix(""))
+    except ValueError:
+        return str(audio.with_suffix(""))
+
+
+def _item(raw: Mapping[str, Any], base: Path, where: str, encoding: str) -> dict[str, Any]:
+    path = raw.get("path")
+    if path is None or is_missing(path):
+        raise ValueError(f"{where}: missing key 'path' (the audio file)")
+    audio = (base / str(path).strip()).expanduser()
+    if not audio.is_file():
+        raise ValueError(f"{where}: audio file {audio} does not exist")
+    segments = None
+    if raw.get("segments") is not None and not (isinstance(raw["segments"], str) and is_missing(raw["segments"])):
+        if not isinstance(raw["segments"], list):
+            raise ValueError(f"{where}: 'segments' must be a list of [start_s, end_s, label]")
+        segments = [segment(s, where) for s in raw["segments"]]
+    elif raw.get("labels") is not None and not is_missing(raw.get("labels")):
+        label_path = (base / str(raw["labels"]).strip()).expanduser()
+        if not label_path.is_file():
+            raise ValueError(f"{where}: label file {label_path} does not exist")
+        segments = read_label_file(label_path, encoding)
+    speaker = raw.get("speaker")
+    return {"path": str(audio), "segments": segments, "split": split_name(raw.get("split"), where),
+            "speaker": None if speaker is None or is_missing(speaker) else str(speaker).strip(),
+            "id": _ident(audio, base), "where": where, "raw": dict(raw)}
+
+
+def read_manifest(path: str | Path, encoding: str = "utf-8", require_segments: bool = True) -> list[dict[str, Any]]:
+    """Read a JSONL or CSV manifest (see the module docstring).
+
+    Returns one dict per utterance: ``path`` (absolute), ``segments`` ``[(start_s, end_s, label)]``
+    (None without frame labels), ``split`` (``train``/``val``/``test`` or None), ``speaker`` (or
+    None), ``id``, ``where`` (``file:line``) and ``raw`` (the line's fields). With
+    ``require_segments`` a line without ``segments`` / ``labels`` is an error.
+    """
+    path = existing_file(path, "manifest")
+    base = path.parent
+    fmt = table_format(path)
+    if fmt in ("csv", "tsv"):
+        table = read_table(path, fmt, encoding, ["path"] + (["labels"] if require_segments else []), "manifest",
+                           hint="a manifest CSV has columns path,labels[,split][,speaker]")
+        rows = [(table.where(line), row) for line, row in table.rows]
+    else:
+        rows = [(where, raw) for _, where, raw in read_jsonl(path, encoding, "manifest")]
+    items = [_item(raw, base, where, encoding) for where, raw in rows]
+    if require_segments:
+        for it in items:
+            if it["segments"] is None:
+                raise ValueError(f"{it['where']}: missing key 'segments' (inline [start_s, end_s, label] list) or "
+                                 "'labels' (a label file)")
+    if not items:
+        raise ValueError(f"manifest {path} lists no audio files")
+    return items
+
+
+def read_audio_list(source: str | Path, encoding: str = "utf-8") -> list[dict[str, str]]:
+    """What to predict on -> ``[{"path", "id", "where"}]``.
+
+    ``source`` is an audio file, a folder (every file ending in one of ``AUDIO_SUFFIXES``, searched
+    recursively, sorted; ids are paths relative to the folder without suffix) or a manifest
+    (``.jsonl`` / ``.csv`` with a ``path`` column; labels are not needed and ignored).
+    """
+    source = Path(source).expanduser()
+    if source.is_dir():
+        files = sorted(p for p in source.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        if not files:
+            raise ValueError(f"folder {source} holds no audio files ({', '.join(AUDIO_SUFFIXES)})")
+        return [{"path": str(p), "id": str(p.relative_to(source).with_suffix("")), "where": str(p)} for p in files]
+    if not source.is_file():
+        raise ValueError(f"input {source} does not exist (expected an audio file, a folder or a manifest)")
+    if source.suffix.lower() not in (".jsonl", ".csv", ".tsv"):
+        return [{"path": str(source), "id": source.stem, "where": str(source)}]
+    items = read_manifest(source, encoding, require_segments=False)
+    return [{"path": it["path"], "id": it["id"], "where": it["where"]} for it in items]
+
+
+def describe_sources(items: Sequence[Mapping[str, Any]]) -> str:
+    speakers = {it.get("speaker") for it in items if it.get("speaker")}
+    return f"{len(items)} files" + (f", {len(speakers)} speakers" if speakers else "")

@@ -1,0 +1,71 @@
+"""Speech figures: features, true/predicted frame labels and the attention map of one utterance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib.colors import ListedColormap
+
+from seqattn.viz import first_test_batch, plt
+
+
+@torch.no_grad()
+def plot_frame_labeling(model, datamodule, out_dir: str | Path, index: int = 0, layer: int = -1) -> Path:
+    """One test utterance: its features (spectrogram), true and predicted frame labels, and the
+    encoder's attention map (mean over heads of ``layer``). Returns ``out_dir/test_utterance.png``."""
+    model.eval()
+    batch = first_test_batch(datamodule)
+    batch = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    out = model.net(batch, return_attention=[layer])
+    n = int(out["mask"][index].sum())
+    feats = out["tokens"].extra.get("features", out["tokens"].x)[index, :n].float().cpu().numpy()  # [F, n_feat]
+    pred = out["logits"][index, :n].argmax(-1).cpu().numpy()
+    true = batch["labels"][index, :n].cpu().numpy()
+    names = list(model.labels or [str(i) for i in range(out["logits"].shape[-1])])
+    attention = out["attention"][0] if out["attention"] else None
+
+    fig = plt.figure(figsize=(11, 9), constrained_layout=True)
+    grid = fig.add_gridspec(4, 1, height_ratios=[2.2, 0.35, 0.35, 3.2])
+    ax = fig.add_subplot(grid[0])
+    ax.imshow(feats.T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
+    ax.set_ylabel("feature")
+    ax.set_title(f"test utterance {batch.get('ids', ['?'] * (index + 1))[index]}: features ({n} frames)")
+    cmap = ListedColormap(plt.get_cmap("tab20").colors[: max(len(names), 1)])
+    accuracy = float((pred == true)[true >= 0].mean()) if (true >= 0).any() else float("nan")
+    for row, (labels, title) in enumerate([(true, "true"), (pred, f"predicted (frame acc {accuracy:.2f})")]):
+        ax = fig.add_subplot(grid[1 + row])
+        shown = np.where(labels >= 0, labels, np.nan)[None, :]
+        ax.imshow(shown, aspect="auto", cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, interpolation="nearest")
+        ax.set_yticks([])
+        ax.set_ylabel(title, rotation=0, ha="right", va="center")
+        for start, end, label in _runs(labels):
+            if label >= 0 and end - start >= 3:
+                ax.text((start + end - 1) / 2, 0, names[label], ha="center", va="center", fontsize=7)
+    ax = fig.add_subplot(grid[3])
+    if attention is not None:
+        attn = attention[index, :, :n, :n].mean(0).float().cpu().numpy()  # [F, F], mean over heads
+        # aspect="auto": key frames line up with the frames of the panels above
+        image = ax.imshow(attn, cmap="viridis", interpolation="nearest", aspect="auto")
+        fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, 0.012, 1.0]))
+        name = "last layer" if layer == -1 else f"layer {layer}"
+        ax.set_title(f"attention of the {name}, mean over heads")
+        ax.set_xlabel("key frame")
+        ax.set_ylabel("query frame")
+    else:
+        ax.text(0.5, 0.5, f"{type(model.net.encoder).__name__} has no attention", ha="center", va="center")
+        ax.set_axis_off()
+    path = Path(out_dir) / "test_utterance.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _runs(labels: np.ndarray):
+    """Maximal runs of equal labels: yields ``(start, end, label)``."""
+    start = 0
+    for i in range(1, len(labels) + 1):
+        if i == len(labels) or labels[i] != labels[start]:
+            yield start, i, int(labels[start])
+            start = i

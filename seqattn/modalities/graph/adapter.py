@@ -1,0 +1,263 @@
+"""Graphs (molecules, social networks) -> Tokens with graph-masked attention.
+
+A graph is a set of node vectors plus edges; self-attention over a graph is attention
+restricted to its edges. Each node attends to itself and to the nodes within ``hops``
+hops; edge features (and the hop distance) become a per-head additive attention bias.
+
+Letters: b batch (graphs), n nodes per graph (padded), f node features, g edge features,
+h heads, d model width, e edges (directed, over the flattened batch), k positional width.
+
+The adapter emits structure only: ``Tokens.edge_index`` (self-loops and k-hop edges) and
+``Tokens.edge_bias [E', H]``; the encoder plans the attention path (dense blocks or the O(E)
+edge kernel, :mod:`seqattn.core.planning`), since that is a property of attention, not of graphs.
+
+Batch interface (the keys :class:`GraphAdapter` reads, ``GraphAdapter.inputs``)::
+
+    x           [B, N, F] float  padded node features (F = node_features); padding rows are ignored
+    mask        [B, N]    bool   True = real node
+    edge_index  [2, E]    long   directed edges over flattened positions b * N + n (the ``Tokens``
+                                 convention): row 0 source, row 1 target; the target attends to
+                                 the source. Give both directions for an undirected graph. Self-loops
+                                 are added by the adapter (do not include them); both ends of an edge
+                                 must be real nodes of the same graph.
+    edge_attr   [E, G]    float  features of edge e (only read when edge_features > 0)
+    pe          [B, N, K] float  positional encoding per node, K = pe_dim (only read when
+                                 positional != "none"); computed ONCE per graph in the dataset with
+                                 :func:`~seqattn.modalities.graph.positional.graph_positional_encoding` and padded with zeros
+
+:func:`~seqattn.modalities.graph.batching.collate_graphs` builds exactly this batch from a list of per-graph dicts
+(``x [n, F]``, ``edge_index [2, e]`` with local node ids, optional ``edge_attr [e, G]``,
+``pe [n, K]``; any other key is collected into a list, or stacked when it is a tensor of the
+same shape in every item).
+
+The encoder turns this structure into a dense ``[B, H, N, N]`` mask or runs the ``edge`` kernel
+(``model.graph_path``: ``auto`` | ``dense`` | ``edge``); both give the same result (tests prove it,
+values and gradients).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from seqattn.core.planning import GRAPH_PATHS
+from seqattn.core.tokens import Tokens
+from seqattn.model.protocols import AdapterBase
+from seqattn.modalities.graph.positional import GRAPH_POSITIONALS
+
+
+
+def k_hop_edges(edge_index: torch.Tensor, mask: torch.Tensor, hops: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Edges within ``hops`` hops, with self-loops, over the flattened padded batch.
+
+    Args:
+        edge_index: ``[2, E]`` over flattened ``b * N + n`` (source, target).
+        mask: ``[B, N]`` bool real nodes (self-loops only for real nodes).
+        hops: ``k >= 1``: target ``t`` may attend to source ``s`` iff a directed path ``s -> t``
+            of at most ``k`` edges exists.
+
+    Returns:
+        ``(edges [2, E'], distance [E'] long (0 = self), position [E] long)``: the edges sorted by
+        (target, source), the hop distance of each, and where each input edge landed in ``edges``.
+    """
+    if hops < 1:
+        raise ValueError(f"hops must be >= 1, got {hops}")
+    n_total = mask.numel()
+    device = edge_index.device
+    src, dst = edge_index[0], edge_index[1]
+    # breadth-first search backwards from every target, all targets at once:
+    # a pair (t, u) at distance d extends to (t, s) for every edge s -> u
+    order = torch.argsort(dst, stable=True)
+    src_by_dst = src.index_select(0, order)  # sources grouped by their target
+    in_deg = torch.bincount(dst, minlength=n_total)  # [N_total]
+    ptr = torch.cumsum(in_deg, 0) - in_deg  # first incoming edge of each node
+    nodes = torch.nonzero(mask.flatten(), as_tuple=False).squeeze(1)  # [N_real]
+    seen = nodes * n_total + nodes  # linear id target * n_total + source; sorted
+    ids, dists = [seen], [torch.zeros(nodes.numel(), dtype=torch.long, device=device)]
+    front_t, front_u = nodes, nodes
+    for d in range(1, hops + 1):
+        counts = in_deg.index_select(0, front_u)  # [P]
+        total = int(counts.sum())
+        if total == 0:
+            break
+        rep_t = torch.repeat_interleave(front_t, counts)  # [P']
+        first = torch.repeat_interleave(ptr.index_select(0, front_u), counts)
+        offset = torch.arange(total, device=device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        new_s = src_by_dst.index_select(0, first + offset)
+        cand = torch.unique(rep_t * n_total + new_s)  # sorted
+        fresh = cand[~torch.isin(cand, seen)]
+        if fresh.numel() == 0:
+            break
+        ids.append(fresh)
+        dists.append(torch.full((fresh.numel(),), d, dtype=torch.long, device=device))
+        seen = torch.cat([seen, fresh]).sort().values
+        front_t, front_u = fresh // n_total, fresh % n_total
+    all_ids, all_d = torch.cat(ids), torch.cat(dists)
+    uniq, order = torch.sort(all_ids)  # every id appears once (BFS keeps the shortest distance)
+    distance = all_d.index_select(0, order)
+    edges = torch.stack([uniq % n_total, uniq // n_total])  # [2, E'] (source, target)
+    position = torch.searchsorted(uniq, dst * n_total + src)  # where input edges landed
+    return edges, distance, position
+
+
+# ----------------------------------------------------------------------------------------------
+# the adapter
+# ----------------------------------------------------------------------------------------------
+class GraphAdapter(AdapterBase):
+    """Padded graph batch -> :class:`Tokens` whose attention follows the graph.
+
+    Not exportable (``seqattn.export`` refuses it): the attention structure (k-hop edges) is built
+    per batch in Python, which a trace or ``torch.export`` would freeze.
+
+    Args:
+        dim: model width D.
+        node_features: F, width of ``x`` (from the data's spec: ``sizes.node_features``).
+        edge_features: G, width of ``edge_attr`` (spec ``sizes.edge_features``; 0 = no edge features).
+        heads: attention heads of the encoder (the bias is per head); must equal ``model.heads``.
+        hops: each node attends to itself and the nodes within ``hops`` hops.
+        positional: ``none`` | ``laplacian`` | ``random_walk``: ``pe [B, N, pe_dim]`` is read and
+            projected into the node vectors; laplacian signs are flipped at random in training. The data
+            computes it (its ``positional`` follows this one; :meth:`check_spec` checks they agree).
+        pe_dim: K, width of ``pe``.
+        distance_bias: a learned per-head bias for each hop distance (0 = self, 1..hops); starts at 0.
+        dropout: dropout on the node vectors.
+        kernel: deprecated: the attention path is the encoder's ``graph_path`` now (``model.graph_path``);
+            given here, it is passed on per batch as ``Tokens.graph_path`` with a warning.
+    """
+
+    spec_fields = {"node_features": "sizes.node_features", "edge_features": "sizes.edge_features"}
+    exportable = False  # see the class docstring
+
+    def __init__(
+        self,
+        dim: int,
+        node_features: int,
+        edge_features: int = 0,
+        heads: int = 4,
+        hops: int = 1,
+        positional: str = "none",
+        pe_dim: int = 8,
+        distance_bias: bool = True,
+        dropout: float = 0.0,
+        kernel: str | None = None,
+        max_dense_bytes: int | None = None,
+        dense_min_fill: float | None = None,
+    ) -> None:
+        super().__init__()
+        if dim <= 0 or node_features is None or node_features <= 0 or heads <= 0:
+            raise ValueError(f"dim, node_features and heads must be positive, got dim={dim}, "
+                             f"node_features={node_features}, heads={heads}")
+        if edge_features < 0:
+            raise ValueError(f"edge_features must be >= 0, got {edge_features}")
+        if hops < 1:
+            raise ValueError(f"hops must be >= 1, got {hops}")
+        if positional not in GRAPH_POSITIONALS:
+            raise ValueError(f"positional={positional!r} is not one of {GRAPH_POSITIONALS}")
+        if positional != "none" and pe_dim <= 0:
+            raise ValueError(f"pe_dim must be positive with positional={positional!r}, got {pe_dim}")
+        self.path_hint = None
+        if kernel is not None and kernel != "auto":
+            if kernel not in GRAPH_PATHS:
+                raise ValueError(f"kernel={kernel!r} is not one of {GRAPH_PATHS}")
+            warnings.warn("adapter.kernel is deprecated: the encoder plans the attention path; use "
+                          f"model.graph_path={kernel} (passed on per batch for now)", DeprecationWarning, stacklevel=2)
+            self.path_hint = kernel
+        if max_dense_bytes is not None or dense_min_fill is not None:
+            warnings.warn("adapter.max_dense_bytes / adapter.dense_min_fill are deprecated and ignored: they are "
+                          "model.max_dense_bytes / model.dense_min_fill (the encoder plans the path)",
+                          DeprecationWarning, stacklevel=2)
+        self.dim, self.heads, self.hops = dim, heads, hops
+        self.node_features, self.edge_features = node_features, edge_features
+        self.positional, self.pe_dim = positional, pe_dim
+        self.node_proj = nn.Linear(node_features, dim)
+        self.pe_proj = nn.Linear(pe_dim, dim) if positional != "none" else None
+        self.edge_proj = nn.Linear(edge_features, heads) if edge_features else None
+        self.distance = nn.Embedding(hops + 1, heads) if distance_bias else None
+        if self.distance is not None:
+            nn.init.zeros_(self.distance.weight)
+        self.dropout = nn.Dropout(dropout)
+        inputs = ["x", "mask", "edge_index"]
+        if edge_features:
+            inputs.append("edge_attr")
+        if positional != "none":
+            inputs.append("pe")
+        self.inputs = tuple(inputs)
+
+    def check_spec(self, spec) -> None:
+        """The data must compute the positional encoding this adapter reads (``spec.provides["pe"]``)."""
+        provided = spec.provides.get("pe", "none")
+        wanted = "none" if self.positional == "none" else f"{self.positional}/{self.pe_dim}"
+        if provided != wanted:
+            raise ValueError(f"the data computes node positional encodings {provided!r} but the adapter reads "
+                             f"{wanted!r}: the graph positional encoding is set by adapter.positional / "
+                             "adapter.pe_dim, and the data follows them; do not override data.positional or data.pe_dim")
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _check(self, x, mask, edge_index, edge_attr, pe) -> None:
+        if x.dim() != 3 or x.shape[-1] != self.node_features:
+            raise ValueError(f"x must be [B, N, F={self.node_features}], got shape {tuple(x.shape)}")
+        if mask is None or mask.dtype != torch.bool or mask.shape != x.shape[:2]:
+            got = None if mask is None else (mask.dtype, tuple(mask.shape))
+            raise ValueError(f"mask must be bool [B, N] = {tuple(x.shape[:2])} (True = real node), got {got}")
+        if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.dtype != torch.long:
+            raise ValueError(f"edge_index must be long [2, E], got {edge_index.dtype} {tuple(edge_index.shape)}")
+        b, n = mask.shape
+        if edge_index.numel():
+            lo, hi = int(edge_index.min()), int(edge_index.max())
+            if lo < 0 or hi >= b * n:
+                raise ValueError(f"edge_index values must lie in [0, B*N) = [0, {b * n}), got [{lo}, {hi}]")
+            if bool((edge_index[0] // n != edge_index[1] // n).any()):
+                raise ValueError("edge_index has an edge between two different graphs of the batch")
+            if not bool(mask.flatten()[edge_index].all()):
+                raise ValueError("edge_index has an edge to or from a padding node (mask False)")
+        if self.edge_features:
+            if edge_attr is None or edge_attr.dim() != 2 or edge_attr.shape != (edge_index.shape[1], self.edge_features):
+                got = None if edge_attr is None else tuple(edge_attr.shape)
+                raise ValueError(f"edge_attr must be [E={edge_index.shape[1]}, G={self.edge_features}], got {got}")
+        if self.positional != "none":
+            if pe is None or pe.shape != (b, n, self.pe_dim):
+                got = None if pe is None else tuple(pe.shape)
+                raise ValueError(f"pe must be [B, N, pe_dim] = ({b}, {n}, {self.pe_dim}) for "
+                                 f"positional={self.positional!r}, got {got}")
+
+    # -- forward --------------------------------------------------------------------------------
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        edge_index: torch.Tensor,
+        edge_attr: torch.Tensor | None = None,
+        pe: torch.Tensor | None = None,
+    ) -> Tokens:
+        """``x [B, N, F]``, ``mask [B, N]``, ``edge_index [2, E]``, ``edge_attr [E, G]``, ``pe [B, N, K]``
+        -> ``Tokens(x [B, N, D], mask, edge_index [2, E'], edge_bias [E', H] | None)``: the k-hop
+        edges with self-loops (sorted by target, source) and their per-head bias (hop distance +
+        projected edge features)."""
+        self._check(x, mask, edge_index, edge_attr, pe)
+        b, n, _ = x.shape
+        h = self.node_proj(x)  # [B, N, D]
+        if self.pe_proj is not None:
+            pe = pe.to(h.dtype)
+            if self.positional == "laplacian" and self.training:
+                sign = torch.randint(0, 2, (b, 1, self.pe_dim), device=pe.device).to(pe.dtype) * 2 - 1
+                pe = pe * sign  # [B, N, K], a random sign per graph and eigenvector
+            h = h + self.pe_proj(pe)
+        h = self.dropout(h.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, N, D]
+
+        edges, distance, position = k_hop_edges(edge_index, mask, self.hops)  # [2, E'], [E'], [E]
+        bias = None  # [E', H]
+        if self.distance is not None:
+            bias = self.distance(distance)  # [E', H]
+        if self.edge_proj is not None:
+            per_edge = self.edge_proj(edge_attr.to(h.dtype))  # [E, H]
+            extra = torch.zeros(edges.shape[1], self.heads, dtype=per_edge.dtype, device=h.device).index_add(
+                0, position, per_edge)  # [E', H] (multi-edges add up)
+            bias = extra if bias is None else bias + extra.to(bias.dtype)
+        return Tokens(x=h, mask=mask, edge_index=edges, edge_bias=bias, graph_path=self.path_hint,
+                      extra={"graph_edges": edges})
+
+    def extra_repr(self) -> str:
+        return (f"hops={self.hops}, positional={self.positional!r}, edge_features={self.edge_features}, "
+                f"heads={self.heads}")

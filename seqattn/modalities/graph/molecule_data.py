@@ -1,0 +1,327 @@
+"""Molecule property data (``task=molecule``): SMILES -> graphs, splits, loaders, the predict protocol.
+
+Sources: ``nci_tpsa`` (built in: the NCI molecules with TPSA that RDKit ships), ``csv`` (your
+SMILES CSV; giving ``path`` selects it) and ``moleculenet`` (downloaded through PyG). Formats and
+featurisation: :mod:`seqattn.modalities.graph.molecules`.
+
+Letters: b batch (molecules), n atoms (padded), t targets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from seqattn.datakit.items import Item
+from seqattn.datakit.module import TaskDataModule
+from seqattn.datakit.spec import DataSpec
+from seqattn.datakit.splits import split
+from seqattn.modalities.graph.batching import collate_graphs
+from seqattn.modalities.graph.molecules import (
+    ATOM_FEATURES,
+    BOND_FEATURES,
+    FEATURIZER_VERSION,
+    KINDS,
+    MOLECULENET,
+    featurize_records,
+    moleculenet_csv,
+    nci_tpsa_path,
+    read_smiles_lines,
+    read_smiles_table,
+)
+from seqattn.modalities.graph.positional import GRAPH_POSITIONALS
+
+log = logging.getLogger("seqattn.modalities.graph")
+
+SOURCES = ("nci_tpsa", "csv", "moleculenet")
+SPLITS_BY = ("random", "scaffold")
+_PACKED = ("x", "edge_index", "edge_attr", "pe", "targets")
+
+
+
+
+def pack_graphs(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A list of graph dicts -> a few concatenated tensors + offsets (fast to save and load)."""
+    out: dict[str, Any] = {}
+    for key in _PACKED:
+        if key in graphs[0]:
+            dim = 1 if key == "edge_index" else 0
+            out[key] = torch.cat([g[key] for g in graphs], dim=dim)
+            out[key + "_len"] = torch.tensor([g[key].shape[dim] for g in graphs])
+    for key in graphs[0]:
+        if key not in _PACKED:
+            out[key] = [g[key] for g in graphs]
+    return out
+
+
+def unpack_graphs(packed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Inverse of :func:`pack_graphs`."""
+    pieces: dict[str, list] = {}
+    for key in _PACKED:
+        if key in packed:
+            dim = 1 if key == "edge_index" else 0
+            pieces[key] = list(torch.split(packed[key], packed[key + "_len"].tolist(), dim=dim))
+    lists = {k: v for k, v in packed.items() if k not in _PACKED and not k.endswith("_len")}
+    n = len(next(iter(pieces.values())))
+    return [{**{k: v[i] for k, v in pieces.items()}, **{k: v[i] for k, v in lists.items()}} for i in range(n)]
+
+
+class GraphListDataset(Dataset):
+    """A list of featurised graphs (dicts for :func:`~seqattn.modalities.graph.batching.collate_graphs`)."""
+
+    def __init__(self, graphs: Sequence[dict[str, Any]]) -> None:
+        self.graphs = list(graphs)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        g = self.graphs[index]
+        return {k: v for k, v in g.items() if k != "scaffold"}
+
+
+def collate_molecules(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``collate_graphs`` plus ``targets [B, T]`` (NaN = missing), ``ids`` and ``smiles`` lists."""
+    batch = collate_graphs(graphs)
+    if "targets" in batch and isinstance(batch["targets"], list):  # T = 0 (prediction input)
+        batch.pop("targets")
+    return batch
+
+
+class MoleculeDataModule(TaskDataModule):
+    """Molecule property data: SMILES -> graphs, splits, loaders, and the predict protocol.
+
+    Batches (``collate_molecules``): ``x [B, N, ATOM_FEATURES]``, ``mask [B, N]``, ``edge_index [2, E]``,
+    ``edge_attr [E, BOND_FEATURES]``, ``pe [B, N, pe_dim]`` (when ``positional != none``),
+    ``targets [B, T]`` (NaN = missing), ``ids``, ``smiles``.
+
+    Args (besides :class:`~seqattn.datakit.module.TaskDataModule`'s):
+        source: ``nci_tpsa`` | ``csv`` | ``moleculenet``; None: ``csv`` when ``path`` is given, else ``nci_tpsa``.
+        path: the CSV for ``source=csv``.
+        smiles_column, target_columns, target_kinds: the CSV's columns (``target_kinds`` one for all
+            or one per column); ``moleculenet`` fills them from the set.
+        id_column: optional column with molecule ids (default: the SMILES).
+        moleculenet: the set's name for ``source=moleculenet``.
+        split: ``random`` | ``scaffold`` (Bemis–Murcko; the largest scaffold groups train, the rarest test).
+        skip_invalid: go on without unparsable SMILES (counted, logged with file:line) instead of
+            stopping with the list. ``None``: stop for your files (``csv``, ``moleculenet``); skip for the
+            built-in ``nci_tpsa`` file, which holds 8 SMILES RDKit rejects (hypervalent Al/Be/Si/P/Hg).
+        positional, pe_dim: the graph positional encoding computed once per molecule; the task config
+            ties them to ``adapter.positional`` / ``adapter.pe_dim`` (one owner: the adapter).
+        limit: use only the first ``limit`` molecules of the file (quick runs).
+        cache: keep the featurised graphs under ``data_dir/molecules/``.
+    """
+
+    collate = staticmethod(collate_molecules)
+
+    def __init__(
+        self,
+        source: str | None = None,
+        path: str | None = None,
+        smiles_column: str = "smiles",
+        target_columns: Sequence[str] | None = None,
+        target_kinds: str | Sequence[str] = "regression",
+        id_column: str | None = None,
+        moleculenet: str | None = None,
+        split: str = "random",
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        skip_invalid: bool | None = None,
+        positional: str = "none",
+        pe_dim: int = 8,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int = 0,
+        data_dir: str | None = None,
+        limit: int | None = None,
+        cache: bool = True,
+        encoding: str = "utf-8",
+    ) -> None:
+        if source is None:
+            source = "csv" if path else ("moleculenet" if moleculenet else "nci_tpsa")
+        if source not in SOURCES:
+            raise ValueError(f"source={source!r} is not one of {SOURCES}")
+        if source == "csv" and not path:
+            raise ValueError("source='csv' needs path=<your SMILES CSV>")
+        if source != "csv" and path:
+            raise ValueError(f"data.path={path!r} is given but data.source={source} would ignore it; drop data.source "
+                             "(a path selects the csv source) or the path")
+        if source == "moleculenet" and not moleculenet:
+            raise ValueError(f"source='moleculenet' needs moleculenet=<one of {sorted(MOLECULENET)}>")
+        if split not in SPLITS_BY:
+            raise ValueError(f"split={split!r} is not one of {SPLITS_BY}")
+        if positional not in GRAPH_POSITIONALS:
+            raise ValueError(f"positional={positional!r} is not one of {GRAPH_POSITIONALS}")
+        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
+                         val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, encoding=encoding)
+        self.source, self.path, self.moleculenet = source, path, moleculenet
+        self.smiles_column, self.id_column = smiles_column, id_column
+        if source == "nci_tpsa":
+            target_columns = target_columns or ["tpsa"]
+            target_kinds = "regression"
+        elif source == "csv" and not target_columns:
+            raise ValueError("source='csv' needs target_columns=[...] (the property column names)")
+        self.target_columns = list(target_columns or [])
+        self._kinds_arg = target_kinds
+        self.split = split
+        self.skip_invalid_predict = bool(skip_invalid)  # the user's own predict input: skip only when told
+        if skip_invalid is None:
+            skip_invalid = source == "nci_tpsa"
+        self.skip_invalid, self.positional, self.pe_dim = bool(skip_invalid), positional, int(pe_dim)
+        self.cache = cache
+        self.invalid: list[str] = []
+        self.target_mean: list[float] | None = None
+        self.target_std: list[float] | None = None
+
+    # -- what the model needs -------------------------------------------------------------------
+    node_features = ATOM_FEATURES
+    edge_features = BOND_FEATURES
+
+    @property
+    def target_kinds(self) -> list[str]:
+        kinds = self._kinds_arg
+        kinds = [kinds] * len(self.target_columns) if isinstance(kinds, str) else list(kinds)
+        if len(kinds) != len(self.target_columns) or any(k not in KINDS for k in kinds):
+            raise ValueError(f"target_kinds must be one of {KINDS} or one per target column "
+                             f"{self.target_columns}, got {self._kinds_arg!r}")
+        return kinds
+
+    @property
+    def label_names(self) -> list[str]:
+        return list(self.target_columns)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.target_columns)
+
+    def spec(self) -> DataSpec:
+        """Targets (names, kinds, training mean / std), atom and bond feature widths, the ``pe`` computed."""
+        if self.target_mean is None:
+            raise RuntimeError("spec() needs setup() (target statistics come from the train split)")
+        return DataSpec(num_outputs=self.num_outputs, labels=self.label_names,
+                        sizes={"node_features": ATOM_FEATURES, "edge_features": BOND_FEATURES},
+                        target_kinds=self.target_kinds, target_mean=self.target_mean, target_std=self.target_std,
+                        provides={"pe": "none" if self.positional == "none" else f"{self.positional}/{self.pe_dim}"})
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _records(self) -> list[dict[str, Any]]:
+        if self.source == "nci_tpsa":
+            return read_smiles_table(nci_tpsa_path(), "smiles", ["tpsa"], ["regression"], header=False,
+                                     names=["smiles", "tpsa"])
+        if self.source == "moleculenet":
+            raw, smiles_col, targets = moleculenet_csv(self.moleculenet, self.data_dir / "moleculenet")
+            self.smiles_column = smiles_col
+            if not self.target_columns:
+                self.target_columns = targets
+                self._kinds_arg = MOLECULENET.get(self.moleculenet.lower(), "classification")
+            return read_smiles_table(raw, smiles_col, self.target_columns, self.target_kinds, id_column=self.id_column)
+        return read_smiles_table(self.path, self.smiles_column, self.target_columns, self.target_kinds,
+                                 id_column=self.id_column, encoding=self.encoding)
+
+    def _source_file(self) -> Path:
+        if self.source == "nci_tpsa":
+            return nci_tpsa_path()
+        return Path(self.path).expanduser()
+
+    def _cache_path(self) -> Path | None:
+        if not self.cache or self.source == "moleculenet":
+            return None
+        src = self._source_file()
+        if not src.is_file():
+            raise ValueError(f"SMILES file {src} does not exist")
+        stat = src.stat()
+        key = json.dumps([str(src.resolve()), stat.st_size, stat.st_mtime_ns, self.smiles_column, self.target_columns,
+                          self.target_kinds, self.id_column, self.positional, self.pe_dim, self.skip_invalid,
+                          self.split, self.limit, self.encoding, FEATURIZER_VERSION])
+        return self.data_dir / "molecules" / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
+
+    def _load_graphs(self) -> list[dict[str, Any]]:
+        cache = self._cache_path()
+        if cache is not None and cache.is_file():
+            saved = torch.load(cache, weights_only=False)
+            self.invalid = saved["invalid"]
+            graphs = unpack_graphs(saved["packed"])
+            if self.invalid:
+                log.warning("%d invalid SMILES were skipped (skip_invalid=true): %s", len(self.invalid),
+                            self.invalid[:10])
+            log.info("molecule graphs from the cache %s", cache)
+            return graphs
+        records = self._records()
+        if self.limit is not None:
+            records = records[: self.limit]
+        graphs, self.invalid = featurize_records(records, self.skip_invalid, self.positional, self.pe_dim,
+                                                 scaffolds=self.split == "scaffold")
+        if cache is not None and graphs:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".tmp{os.getpid()}")
+            torch.save({"packed": pack_graphs(graphs), "invalid": self.invalid}, tmp)
+            os.replace(tmp, cache)  # atomic
+        return graphs
+
+    def prepare_data(self) -> None:
+        if self.source == "moleculenet":
+            moleculenet_csv(self.moleculenet, self.data_dir / "moleculenet")
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        graphs = self._load_graphs()
+        if not graphs:
+            raise ValueError(f"no molecules to train on from source={self.source!r}")
+        if self.split == "scaffold":
+            parts = split(graphs, self.val_fraction, self.test_fraction, self.seed, group=lambda g: g["scaffold"],
+                          group_order="largest_first", what="molecules")
+        else:
+            parts = split(graphs, self.val_fraction, self.test_fraction, self.seed, what="molecules")
+        for name, part in parts.items():
+            self.datasets[name] = GraphListDataset(part)
+        train_y = torch.stack([g["targets"] for g in self.datasets["train"].graphs])  # [n, T]
+        mean, std = [], []
+        for t, kind in enumerate(self.target_kinds):
+            col = train_y[:, t][~torch.isnan(train_y[:, t])]
+            if col.numel() == 0:
+                raise ValueError(f"target {self.target_columns[t]!r} has no label in the training split")
+            if kind == "regression":
+                mean.append(float(col.mean()))
+                s = float(col.std()) if col.numel() > 1 else 1.0
+                std.append(s if s > 1e-8 else 1.0)
+            else:
+                if col.min() == col.max():
+                    raise ValueError(f"classification target {self.target_columns[t]!r} has only the value "
+                                     f"{int(col[0])} in the training split; it needs both 0 and 1")
+                mean.append(0.0)
+                std.append(1.0)
+        self.target_mean, self.target_std = mean, std
+        log.info("molecules (%s, %s split): %s; invalid SMILES skipped: %d; targets %s", self.source, self.split,
+                 {k: len(v) for k, v in self.datasets.items()}, len(self.invalid), self.target_columns)
+
+    # -- predict protocol -----------------------------------------------------------------------
+    def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
+        """Batches of molecules to predict: a CSV with a header and the ``smiles_column`` (and
+        ``id_column`` if configured; other columns are ignored), or a ``.smi`` / ``.txt`` file with one
+        SMILES (and an optional name) per line. Invalid SMILES stop with the list unless
+        ``skip_invalid=true`` was set explicitly. Works without ``setup()``."""
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise ValueError(f"predict input {path} is not a file (expected a SMILES .csv, .smi or .txt)")
+        if path.suffix.lower() in (".smi", ".txt"):
+            records = read_smiles_lines(path, self.encoding)
+        else:
+            records = read_smiles_table(path, self.smiles_column, (), id_column=self.id_column, encoding=self.encoding)
+        graphs, invalid = featurize_records(records, self.skip_invalid_predict, self.positional, self.pe_dim)
+        if not graphs:
+            raise ValueError(f"{path}: no valid SMILES to predict (invalid: {invalid[:10]})")
+        for g in graphs:
+            g.pop("targets")
+        return self.loader(GraphListDataset(graphs), shuffle=False, batch_size=batch_size)
+
+    def describe(self, batch: Mapping[str, Any]) -> list[Item]:
+        """Per molecule: its ``smiles``."""
+        return [Item(id=str(i), fields={"smiles": s}) for i, s in zip(batch["ids"], batch["smiles"])]

@@ -1,0 +1,207 @@
+"""Images as sequences of vectors -> Tokens (the seed: a 5×10 RGB image is 50 vectors of 3 values).
+
+- ``mode="pixels"``: every pixel is a token of ``C`` channel values, projected to the model width;
+  an ``H×W`` image gives ``H·W`` tokens in row-major order.
+- ``mode="patches"``: every ``p×p`` patch is a token of ``p·p·C`` values (ViT-style), for larger
+  images; an image whose side is not a multiple of ``p`` is zero-padded (padding masked) up to one.
+
+Position lives in the adapter, in 2-D (the encoder then runs with ``positional=none``):
+
+- ``sinusoidal2d``: half of the width encodes the row, half the column (sin/cos of
+  "Attention is all you need" per axis); any grid size.
+- ``learned2d``: one trained vector per grid cell of a fixed ``grid=(h, w)``; another grid size
+  raises ``ValueError`` naming both, unless ``interpolate=True`` (then the table is resized
+  bilinearly to the input grid).
+- ``none``: no position: the encoder is permutation-equivariant over pixels (a bag of pixels).
+
+``window=k`` restricts attention to each token's ``k×k`` grid neighbourhood (the seed's "a CNN is
+self-attention with a fixed receptive field") through ``Tokens.attn_mask`` (:func:`grid_window_mask`).
+
+Padding: a batch of images of different sizes is padded bottom/right and marked by
+``pixel_mask [B, H, W]`` (True = real pixel); padded pixels become masked tokens and their
+values never reach a real token, so each image gets the same output as alone.
+
+Letters: b batch, c channels, h/w grid rows/columns, p patch side, l tokens, d model width.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqattn.core.masks import grid_window_mask
+from seqattn.core.positional import sinusoidal_table
+from seqattn.core.tokens import Tokens
+from seqattn.model.protocols import AdapterBase
+
+MODES = ("pixels", "patches")
+POSITIONALS_2D = ("sinusoidal2d", "learned2d", "none")
+
+
+def sinusoidal_2d_table(height: int, width: int, dim: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """``[H·W, D]`` row-major table: ``D/2`` sin/cos channels of the row, ``D/2`` of the column."""
+    if dim % 4:
+        raise ValueError(f"sinusoidal2d needs a model width divisible by 4, got dim={dim}")
+    rows = sinusoidal_table(height, dim // 2, device, dtype)  # [H, D/2]
+    cols = sinusoidal_table(width, dim // 2, device, dtype)  # [W, D/2]
+    table = torch.cat([rows[:, None, :].expand(height, width, dim // 2),
+                       cols[None, :, :].expand(height, width, dim // 2)], dim=-1)  # [H, W, D]
+    return table.reshape(height * width, dim)
+
+
+class ImageAdapter(AdapterBase):
+    """``forward(images [B, C, H, W], pixel_mask [B, H, W] | None) -> Tokens``.
+
+    Args:
+        dim: model width D.
+        mode: ``pixels`` (a token per pixel) | ``patches`` (a token per ``patch_size²`` patch).
+        patch_size: patch side p for ``mode="patches"``.
+        in_channels: channels the projection expects (3 = RGB); a 1-channel (grayscale) input is
+            repeated to ``in_channels``; any other mismatch raises ``ValueError``.
+        positional: ``sinusoidal2d`` | ``learned2d`` | ``none`` (added here, in 2-D).
+        image_size: ``H`` or ``(H, W)`` of the training images: ``learned2d``'s grid is
+            ``ceil(H / p) × ceil(W / p)`` unless ``grid`` is given.
+        grid: ``(h, w)`` token grid of ``learned2d`` (pixels: the image size; patches: size / p).
+        interpolate: ``learned2d`` only: resize the table to another grid instead of raising.
+        window: odd ``k``: each token attends only to its ``k×k`` grid neighbourhood; None = global.
+        normalize: ``fixed`` -- ``(x - mean) / std`` per channel with the given values; ``image`` --
+            per image and channel over its real pixels (zero mean, unit std: the background colour,
+            which carries no class information, no longer has to be learned away).
+        mean, std: per-channel values of ``normalize="fixed"`` (images in [0, 1] by default).
+        dropout: on the token vectors after the positional encoding.
+
+    Returns ``Tokens(x [B, L, D], mask [B, L] | None, attn_mask [L, L] | None,
+    grid=(h, w), extra={"patch_size": p})`` with ``L = h·w`` (row-major).
+    """
+
+    inputs = ("images", "pixel_mask")
+
+    def __init__(
+        self,
+        dim: int,
+        mode: str = "pixels",
+        patch_size: int = 4,
+        in_channels: int = 3,
+        positional: str = "sinusoidal2d",
+        image_size: int | Sequence[int] | None = None,
+        grid: Sequence[int] | None = None,
+        interpolate: bool = False,
+        window: int | None = None,
+        normalize: str = "fixed",
+        mean: Sequence[float] | None = (0.5, 0.5, 0.5),
+        std: Sequence[float] | None = (0.25, 0.25, 0.25),
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"unknown image mode {mode!r}; expected one of {MODES}")
+        if positional not in POSITIONALS_2D:
+            raise ValueError(f"unknown image positional encoding {positional!r}; expected one of {POSITIONALS_2D}")
+        if normalize not in ("fixed", "image"):
+            raise ValueError(f"normalize must be 'fixed' or 'image', got {normalize!r}")
+        if in_channels < 1:
+            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        if mode == "patches" and (patch_size is None or int(patch_size) < 1):
+            raise ValueError(f"mode='patches' needs patch_size >= 1, got {patch_size!r}")
+        if window is not None and (int(window) < 1 or int(window) % 2 == 0):
+            raise ValueError(f"window must be an odd size >= 1 (a k×k neighbourhood) or None, got {window}")
+        if positional == "sinusoidal2d" and dim % 4:
+            raise ValueError(f"positional='sinusoidal2d' needs dim divisible by 4, got dim={dim}")
+        self.dim, self.mode, self.in_channels, self.normalize = dim, mode, in_channels, normalize
+        self.patch = int(patch_size) if mode == "patches" else 1
+        self.positional, self.interpolate = positional, interpolate
+        self.window = None if window is None else int(window)
+        for name, values in (("mean", mean), ("std", std)):
+            if values is not None and len(values) != in_channels:
+                raise ValueError(f"{name} needs one value per channel ({in_channels}), got {list(values)}")
+        if std is not None and any(float(s) <= 0 for s in std):
+            raise ValueError(f"std values must be positive, got {list(std)}")
+        self.register_buffer("mean", torch.tensor(list(mean or [0.0] * in_channels), dtype=torch.float32))
+        self.register_buffer("std", torch.tensor(list(std or [1.0] * in_channels), dtype=torch.float32))
+        self.proj = nn.Linear(in_channels * self.patch**2, dim)
+        self.grid = None
+        if positional == "learned2d":
+            if grid is None and image_size is not None:
+                size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+                grid = tuple(-(-int(s) // self.patch) for s in size)  # ceil(size / p)
+            if grid is None or len(grid) != 2 or int(grid[0]) < 1 or int(grid[1]) < 1:
+                raise ValueError(f"positional='learned2d' needs grid=(h, w) or image_size of positive ints, "
+                                 f"got grid={grid!r}")
+            self.grid = (int(grid[0]), int(grid[1]))
+            self.pos_table = nn.Parameter(torch.randn(dim, *self.grid) * 0.02)  # [D, h, w]
+        self.drop = nn.Dropout(dropout)
+
+    # -------------------------------------------------------------------------------------------
+    def _positions(self, h: int, w: int, x: torch.Tensor) -> torch.Tensor | None:
+        """``[h·w, D]`` position vectors for the token grid, or None."""
+        if self.positional == "none":
+            return None
+        if self.positional == "sinusoidal2d":
+            return sinusoidal_2d_table(h, w, self.dim, x.device, x.dtype)
+        table = self.pos_table
+        if (h, w) != self.grid:
+            if not self.interpolate:
+                raise ValueError(
+                    f"learned2d positional encoding was built for a {self.grid[0]}×{self.grid[1]} token grid, "
+                    f"got a {h}×{w} grid; resize the images to the training size, set adapter.grid, or allow "
+                    "adapter.interpolate=true"
+                )
+            table = F.interpolate(table[None], size=(h, w), mode="bilinear", align_corners=False)[0]  # [D, h, w]
+        return table.flatten(1).transpose(0, 1).to(x.dtype)  # [h·w, D]
+
+    def forward(self, images: torch.Tensor, pixel_mask: torch.Tensor | None = None) -> Tokens:
+        """``images [B, C, H, W]`` (C = in_channels, or 1 = grayscale), ``pixel_mask [B, H, W]`` bool
+        (True = real pixel; None = all real) -> Tokens ``x [B, h·w, D]`` (see the class docstring)."""
+        if images.dim() != 4:
+            raise ValueError(f"images must be [B, C, H, W], got shape {tuple(images.shape)}")
+        b, c, height, width = images.shape
+        if c != self.in_channels:
+            if c != 1:
+                raise ValueError(f"images have {c} channels; the adapter expects in_channels={self.in_channels} "
+                                 "(or 1 = grayscale, repeated)")
+            images = images.expand(b, self.in_channels, height, width)  # grayscale -> C channels
+        if not images.is_floating_point():
+            raise ValueError(f"images must be float (values in [0, 1]), got dtype {images.dtype}")
+        if pixel_mask is not None:
+            if pixel_mask.shape != (b, height, width) or pixel_mask.dtype != torch.bool:
+                raise ValueError(f"pixel_mask must be bool [B, H, W] = {(b, height, width)}, got "
+                                 f"{pixel_mask.dtype} {tuple(pixel_mask.shape)}")
+            exporting = torch.compiler.is_exporting() or torch.jit.is_tracing()  # no branch on values there
+            if not exporting and bool(pixel_mask.all()):
+                pixel_mask = None
+        if self.normalize == "image":  # statistics over each image's real pixels only
+            real = (torch.ones(b, 1, height, width, dtype=images.dtype, device=images.device) if pixel_mask is None
+                    else pixel_mask[:, None].to(images.dtype))  # [B, 1, H, W]
+            count = real.sum(dim=(2, 3), keepdim=True).clamp_min(1)  # [B, 1, 1, 1]
+            mean = (images * real).sum(dim=(2, 3), keepdim=True) / count  # [B, C, 1, 1]
+            var = (((images - mean) * real) ** 2).sum(dim=(2, 3), keepdim=True) / count
+            x = (images - mean) / (var + 1e-4).sqrt()  # [B, C, H, W]
+        else:
+            x = (images - self.mean[None, :, None, None]) / self.std[None, :, None, None]  # [B, C, H, W]
+        p = self.patch
+        pad_h, pad_w = (-height) % p, (-width) % p
+        if pad_h or pad_w:  # sides not a multiple of p: zero-pad, and mask the padding
+            if pixel_mask is None:
+                pixel_mask = torch.ones(b, height, width, dtype=torch.bool, device=x.device)
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+            pixel_mask = F.pad(pixel_mask, (0, pad_w, 0, pad_h), value=False)
+        if pixel_mask is not None:
+            x = x * pixel_mask[:, None].to(x.dtype)  # padded pixels are 0 after normalisation
+        h, w = (height + pad_h) // p, (width + pad_w) // p
+        # [B, C, h·p, w·p] -> [B, C, h, p, w, p] -> [B, h, w, C, p, p] -> [B, h·w, C·p·p]
+        x = x.reshape(b, self.in_channels, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w, -1)
+        x = self.proj(x)  # [B, L, D]
+        pos = self._positions(h, w, x)
+        if pos is not None:
+            x = x + pos.unsqueeze(0)  # [B, L, D] + [1, L, D]
+        x = self.drop(x)
+        mask = None
+        if pixel_mask is not None:
+            # a patch is real when any of its pixels is real
+            mask = pixel_mask.reshape(b, h, p, w, p).any(dim=4).any(dim=2).reshape(b, h * w)  # [B, L]
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        attn_mask = grid_window_mask(h, w, self.window, x.device) if self.window is not None else None
+        return Tokens(x=x, mask=mask, attn_mask=attn_mask, grid=(h, w), extra={"patch_size": p})

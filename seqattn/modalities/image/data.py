@@ -1,0 +1,308 @@
+"""Image classification data: built-in shapes, an image folder, a CSV, or CIFAR-10 / MNIST.
+
+Sources (``ImageDataModule(source=...)``; giving ``path`` without a source selects ``folder`` for a
+folder and ``csv`` for a file):
+
+- ``shapes`` (default): :mod:`seqattn.modalities.image.shapes`, generated in memory from a seed, offline.
+- ``folder``: ``path`` is a folder with one sub-folder per class::
+
+      my_images/cat/001.png
+      my_images/dog/a.jpg
+
+  (the class names are the sub-folder names, sorted).
+- ``csv``: ``path`` is a CSV with a header and columns ``path,label[,split]`` (image paths relative
+  to the CSV's folder; ``split`` = train/val/test on every row or on none)::
+
+      path,label
+      img/001.png,cat
+      img/002.png,dog
+
+- ``cifar10`` / ``mnist``: torchvision's classes, downloaded into ``<data_dir>/torchvision``;
+  offline, a ``ValueError`` names the files to place there by hand.
+
+Unreadable images (not an image, truncated, missing) are never dropped silently: by default
+(``on_bad_file="error"``) loading stops with a ``ValueError`` that counts and lists them;
+with ``on_bad_file="skip"`` they are skipped, counted and listed in a warning, and kept in
+``datamodule.skipped`` as ``(path, reason)``.
+
+Images of different sizes (``resize``): ``resize`` scales every image to ``image_size``;
+``pad`` shrinks an image larger than ``image_size`` (keeping its aspect ratio) and pads it
+bottom/right to ``image_size``; ``none`` keeps the sizes as they are and pads each batch to its
+largest image. ``pixel_mask`` marks the padding (False), so it never reaches a real pixel.
+
+Batches: ``images [B, 3, H, W]`` float in [0, 1], ``pixel_mask [B, H, W]`` bool (True = real pixel),
+``labels [B]`` long (absent in prediction batches), ``ids`` list[str].
+
+Letters: b batch, c channels, h/w rows/columns.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.error import URLError
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from seqattn.datakit.items import Item
+from seqattn.datakit.module import TaskDataModule
+from seqattn.datakit.splits import split
+from seqattn.modalities.image.readers import (
+    BAD_FILE,
+    RESIZE,
+    fit_image,
+    list_image_files,
+    load_images,
+    read_image_csv,
+    read_image_folder,
+    size_2d,
+)
+from seqattn.modalities.image.shapes import SHAPES, generate_shapes
+
+log = logging.getLogger("seqattn.modalities.image")
+
+SOURCES = ("shapes", "folder", "csv", "cifar10", "mnist")
+
+
+# ---------------------------------------------------------------------------------------------
+# dataset and collate
+
+
+class ImageDataset(Dataset):
+    """In-memory images. ``__getitem__`` -> ``dict(image [3, H, W], pixel_mask [H, W], label int | None, id)``."""
+
+    def __init__(self, images: Sequence[torch.Tensor], masks: Sequence[torch.Tensor],
+                 labels: Sequence[int] | None, ids: Sequence[str]) -> None:
+        if len(images) != len(masks) or len(images) != len(ids) or labels is not None and len(labels) != len(ids):
+            raise ValueError("images, masks, labels and ids must have the same length")
+        self.images, self.masks, self.ids = list(images), list(masks), list(ids)
+        self.labels = None if labels is None else [int(v) for v in labels]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"image": self.images[index], "pixel_mask": self.masks[index],
+                "label": None if self.labels is None else self.labels[index], "id": self.ids[index]}
+
+
+def collate_images(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Items -> ``dict(images [B, 3, H_max, W_max] zero-padded, pixel_mask [B, H_max, W_max],
+    labels [B] (when the items have labels), ids)``."""
+    h = max(b["image"].shape[1] for b in batch)
+    w = max(b["image"].shape[2] for b in batch)
+    images = torch.zeros(len(batch), batch[0]["image"].shape[0], h, w)  # [B, C, H, W]
+    pixel_mask = torch.zeros(len(batch), h, w, dtype=torch.bool)  # [B, H, W]
+    for i, b in enumerate(batch):
+        _, bh, bw = b["image"].shape
+        images[i, :, :bh, :bw] = b["image"]
+        pixel_mask[i, :bh, :bw] = b["pixel_mask"]
+    out = {"images": images, "pixel_mask": pixel_mask, "ids": [b["id"] for b in batch]}
+    if all(b.get("label") is not None for b in batch):
+        out["labels"] = torch.tensor([b["label"] for b in batch], dtype=torch.long)  # [B]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# public datasets
+
+
+def _torchvision(name: str, root: Path, train: bool, download: bool):
+    """torchvision's CIFAR10 / MNIST; a failed or disabled download -> ValueError naming the files."""
+    import torchvision.datasets as tvd
+
+    cls = {"cifar10": tvd.CIFAR10, "mnist": tvd.MNIST}[name]
+    if name == "cifar10":
+        by_hand = f"{cls.url} (md5 {cls.tgz_md5}) as {root / cls.filename}"
+    else:
+        by_hand = ", ".join(f"{cls.mirrors[0]}{f} as {root / 'MNIST' / 'raw' / f}" for f, _ in cls.resources)
+    try:
+        return cls(str(root), train=train, download=download)
+    except (RuntimeError, OSError, URLError) as err:
+        reason = "download disabled (data.download=false)" if not download else f"download failed: {err}"
+        raise ValueError(f"{name} is not in {root} and could not be fetched ({reason}). Offline? Place "
+                         f"{by_hand} by hand, then run again.") from err
+
+
+def _public_arrays(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchvision dataset -> ``(images uint8 [N, 3, H, W], labels [N])`` without PIL round trips."""
+    data = dataset.data
+    data = torch.as_tensor(np.asarray(data))
+    if data.dim() == 3:  # MNIST [N, H, W] grayscale -> RGB
+        data = data[:, None].expand(-1, 3, -1, -1)
+    else:  # CIFAR [N, H, W, 3]
+        data = data.permute(0, 3, 1, 2)
+    return data, torch.as_tensor(np.asarray(dataset.targets), dtype=torch.long)
+
+
+# ---------------------------------------------------------------------------------------------
+# DataModule
+
+
+class ImageDataModule(TaskDataModule):
+    """Image classification data (see the module docstring for sources, formats and batches).
+
+    Args (besides :class:`~seqattn.datakit.module.TaskDataModule`'s):
+        source: ``shapes`` | ``folder`` | ``csv`` | ``cifar10`` | ``mnist``; None: ``folder`` / ``csv``
+            when ``path`` is a folder / a file, else ``shapes``.
+        path: the image folder or CSV (``folder`` / ``csv``).
+        image_size: ``H`` or ``(H, W)`` every image is brought to (``shapes``: the generated side).
+        resize: ``resize`` | ``pad`` | ``none`` for images of another size.
+        on_bad_file: ``error`` (default) | ``skip`` for unreadable image files.
+        download: let torchvision download public datasets (False: use only files already there).
+        shapes: arguments of :func:`seqattn.modalities.image.shapes.generate_shapes` plus ``n_train``,
+            ``n_val``, ``n_test``.
+        csv_columns: ``{path, label, split}`` column names of a CSV.
+    """
+
+    collate = staticmethod(collate_images)
+
+    def __init__(
+        self,
+        source: str | None = None,
+        path: str | None = None,
+        data_dir: str | None = None,
+        image_size: int | Sequence[int] = 16,
+        resize: str = "resize",
+        on_bad_file: str = "error",
+        download: bool = True,
+        shapes: Mapping[str, Any] | None = None,
+        csv_columns: Mapping[str, str] | None = None,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        seed: int = 0,
+        limit: int | None = None,
+        labels: Sequence[str] | None = None,
+        encoding: str = "utf-8",
+    ) -> None:
+        if source is None:
+            source = "shapes" if not path else ("folder" if Path(path).expanduser().is_dir() else "csv")
+        if source not in SOURCES:
+            raise ValueError(f"source={source!r} is not one of {SOURCES}")
+        if source in ("folder", "csv") and not path:
+            raise ValueError(f"source={source!r} needs path=<the image folder or CSV>")
+        if source not in ("folder", "csv") and path:
+            raise ValueError(f"data.path={path!r} is given but data.source={source} would ignore it; drop data.source "
+                             "(a path selects folder or csv) or the path")
+        if resize not in RESIZE:
+            raise ValueError(f"resize must be one of {RESIZE}, got {resize!r}")
+        if on_bad_file not in BAD_FILE:
+            raise ValueError(f"on_bad_file must be one of {BAD_FILE}, got {on_bad_file!r}")
+        shapes = dict(shapes or {})
+        if source == "shapes" and labels is None:
+            labels = list(shapes.get("classes") or SHAPES)
+        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
+                         val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
+                         encoding=encoding)
+        self.source, self.path = source, path
+        self.image_size = size_2d(image_size)
+        self.resize, self.on_bad_file, self.download = resize, on_bad_file, bool(download)
+        self.shapes = shapes
+        if source == "shapes" and self.image_size[0] != self.image_size[1]:
+            raise ValueError(f"source=shapes draws square images; got image_size={self.image_size}")
+        self.csv_columns = {"path": "path", "label": "label", "split": "split", **dict(csv_columns or {})}
+        self.skipped: list[tuple[str, str]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        if self.source in ("cifar10", "mnist"):
+            root = self.data_dir / "torchvision"
+            for train in (True, False):
+                _torchvision(self.source, root, train, self.download)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        if self.source == "shapes":
+            self._setup_shapes()
+        elif self.source in ("cifar10", "mnist"):
+            self._setup_public()
+        else:
+            self._setup_files()
+        log.info("image data (%s): %s images, %d classes %s, size %s (%s)", self.source,
+                 {n: len(d) for n, d in self.datasets.items()}, len(self._labels), self._labels, self.image_size,
+                 self.resize)
+
+    def _cap(self, n: int) -> int:
+        return n if self.limit is None else min(n, self.limit)
+
+    def _setup_shapes(self) -> None:
+        cfg = dict(self.shapes)
+        counts = {"train": cfg.pop("n_train", 6000), "val": cfg.pop("n_val", 500), "test": cfg.pop("n_test", 1000)}
+        cfg.setdefault("classes", tuple(self._labels))
+        cfg["classes"] = tuple(cfg["classes"])
+        if "size_range" in cfg:
+            cfg["size_range"] = tuple(cfg["size_range"])
+        for split_name, n in counts.items():
+            images, labels = generate_shapes(self._cap(int(n)), image_size=self.image_size[0], split=split_name, **cfg)
+            x = torch.from_numpy(images)  # [N, 3, H, W]
+            mask = torch.ones(self.image_size, dtype=torch.bool)
+            self.datasets[split_name] = ImageDataset(list(x), [mask] * len(x), labels.tolist(),
+                                                     [f"{split_name}/{i:05d}" for i in range(len(x))])
+
+    def _setup_public(self) -> None:
+        root = self.data_dir / "torchvision"
+        train_set = _torchvision(self.source, root, True, self.download)
+        test_set = _torchvision(self.source, root, False, self.download)
+        self._labels = [str(c) for c in train_set.classes]
+        x_train, y_train = _public_arrays(train_set)
+        x_test, y_test = _public_arrays(test_set)
+        parts = split(list(range(len(y_train))), self.val_fraction, 0.0, self.seed, what="training images")
+        for split_name, (x, y, idx) in {"train": (x_train, y_train, parts["train"]),
+                                        "val": (x_train, y_train, parts["val"]),
+                                        "test": (x_test, y_test, list(range(len(y_test))))}.items():
+            idx = torch.as_tensor(idx[: self._cap(len(idx))], dtype=torch.long)
+            images = x[idx].float().div_(255.0)  # [N, 3, h, w]
+            if images.shape[-2:] != self.image_size and self.resize != "none":
+                fitted = [fit_image(img, self.image_size, self.resize) for img in images]
+                imgs, masks = [f[0] for f in fitted], [f[1] for f in fitted]
+            else:
+                imgs, masks = list(images), [torch.ones(images.shape[-2:], dtype=torch.bool)] * len(images)
+            self.datasets[split_name] = ImageDataset(imgs, masks, y[idx].tolist(),
+                                                     [f"{split_name}/{int(i)}" for i in idx])
+
+    def _setup_files(self) -> None:
+        if self.source == "folder":
+            items = read_image_folder(self.path)
+        else:
+            cols = self.csv_columns
+            items = read_image_csv(self.path, cols["path"], cols["label"], cols["split"], self.encoding)
+        loaded, items, bad = load_images(items, self.image_size, self.resize, self.on_bad_file)
+        self.skipped = bad
+        position = {id(it): k for k, it in enumerate(items)}
+        splits = split(items, self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
+                       stratify=lambda it: it["label"], where=lambda it: it["where"], what="images")
+        if not splits["train"]:
+            raise ValueError(f"{self.path}: no training images")
+        self.set_labels({name: [(it["label"], it["where"]) for it in part] for name, part in splits.items()},
+                        source=str(self.path))
+        index = {name: i for i, name in enumerate(self._labels)}
+        for split_name, part in splits.items():
+            part = part[: self._cap(len(part))]
+            if not part:
+                log.warning("the %s split of %s is empty", split_name, self.path)
+            fitted = [loaded[position[id(it)]] for it in part]
+            self.datasets[split_name] = ImageDataset([f[0] for f in fitted], [f[1] for f in fitted],
+                                                     [index[it["label"]] for it in part], [it["id"] for it in part])
+
+    # -- predict protocol -------------------------------------------------------------------
+    def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
+        """Batches of the user's images (an image file, or a folder searched recursively by suffix),
+        brought to ``image_size`` by the ``resize`` rule of training: ``images``, ``pixel_mask``, ``ids``
+        (paths relative to the folder). Needs neither ``prepare_data()`` nor ``setup()``;
+        unreadable files follow ``on_bad_file``."""
+        source = Path(source).expanduser()
+        files = list_image_files(source)
+        base = source if source.is_dir() else source.parent
+        items = [{"path": str(p), "where": str(p), "id": str(p.relative_to(base))} for p in files]
+        loaded, items, bad = load_images(items, self.image_size, self.resize, self.on_bad_file)
+        self.skipped = bad
+        if not items:
+            raise ValueError(f"no readable images under {source}")
+        dataset = ImageDataset([f[0] for f in loaded], [f[1] for f in loaded], None, [it["id"] for it in items])
+        return self.loader(dataset, shuffle=False, batch_size=batch_size)

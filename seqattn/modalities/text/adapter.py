@@ -1,0 +1,215 @@
+"""Text -> Tokens: word embeddings over a vocabulary (:mod:`seqattn.modalities.text.vocab`).
+
+The adapter reads **words** (``list[list[str]]``, one list per sentence), not ids: the
+vocabulary is part of the model (it comes from the data's spec, ``spec_fields = {"vocab":
+"vocab"}``, and is saved in the checkpoint with it), so a loaded checkpoint maps raw words to
+vectors exactly as in training, without the training data. One word is one token (the alignment from words to positions is the
+identity; ``extra["word_index"]`` states it).
+
+Embeddings (the seed's three ways to turn a word into a vector):
+
+- ``onehot``: the fixed one-hot vector of the word's vocabulary index (not trained),
+  projected to the model width by a Linear layer -- the seed's first method. It carries
+  no meaning by itself: every pair of words is equally far apart.
+- ``learned``: an ``nn.Embedding`` table trained with the model (similar words end up close).
+- ``pretrained``: vectors read from a word2vec / GloVe text file (``word v1 v2 ...`` per
+  line, an optional ``count dim`` header line); vocabulary words missing from the file
+  are initialised randomly and counted in the log; ``freeze`` keeps the table fixed.
+
+Letters: b batch, l length (words), v vocabulary size, e embedding width, d model width.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqattn.core.tokens import Tokens
+from seqattn.model.protocols import AdapterBase
+from seqattn.modalities.text.vocab import PAD_INDEX, UNK_INDEX, Vocabulary, normalize, read_word_vectors
+
+log = logging.getLogger("seqattn.modalities.text")
+
+EMBEDDINGS = ("learned", "onehot", "pretrained")
+
+
+class TextAdapter(AdapterBase):
+    """Words -> :class:`Tokens`: vocabulary lookup, embedding, (projection), dropout.
+
+    Args:
+        dim: model width D.
+        vocab: the vocabulary as a list (``<pad>``, ``<unk>``, words...) -- from the data's spec
+            (the training split's words); saved with the model.
+        embedding: ``learned`` | ``onehot`` | ``pretrained``.
+        embedding_dim: width E of a ``learned`` table (default D; a Linear maps E -> D when they
+            differ). For ``pretrained`` it is read from the file; give it to load a checkpoint
+            where the vector file is no longer present.
+        pretrained_path: word2vec / GloVe text file for ``embedding='pretrained'``.
+        freeze: keep the ``learned`` / ``pretrained`` table fixed (the projection still trains).
+        lowercase: lowercase every word before the lookup (must match how ``vocab`` was built).
+        dropout: dropout on the token vectors.
+        word_dropout: during training, replace each word by ``<unk>`` with this probability
+            (teaches the model what to do with unknown words).
+        init_std: standard deviation of a ``learned`` table's random start (default ``E**-0.5``;
+            the table is read times ``sqrt(E)``, so a word vector starts at unit scale).
+    """
+
+    inputs = ("words",)
+    spec_fields = {"vocab": "vocab"}
+
+    def __init__(
+        self,
+        dim: int,
+        vocab: Sequence[str] | None,
+        embedding: str = "learned",
+        embedding_dim: int | None = None,
+        pretrained_path: str | None = None,
+        freeze: bool = False,
+        lowercase: bool = False,
+        dropout: float = 0.0,
+        word_dropout: float = 0.0,
+        init_std: float | None = None,
+    ) -> None:
+        super().__init__()
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}")
+        if vocab is None:
+            raise ValueError("TextAdapter needs vocab (a list starting '<pad>', '<unk>'); a text DataModule's "
+                             "spec gives it (the training split's words)")
+        if embedding not in EMBEDDINGS:
+            raise ValueError(f"embedding={embedding!r} is not one of {EMBEDDINGS}")
+        if embedding == "pretrained" and not pretrained_path:
+            raise ValueError("embedding='pretrained' needs pretrained_path (a word2vec/GloVe text file)")
+        if embedding == "onehot" and freeze:
+            raise ValueError("freeze applies to learned/pretrained tables; one-hot vectors are always fixed")
+        if not 0.0 <= word_dropout < 1.0:
+            raise ValueError(f"word_dropout must be in [0, 1), got {word_dropout}")
+        self.vocab = Vocabulary(vocab)
+        self.embedding, self.lowercase, self.word_dropout = embedding, bool(lowercase), float(word_dropout)
+        self.dim = dim
+        v = len(self.vocab)
+        self.scale = 1.0
+        if embedding == "onehot":
+            self.table = None
+            self.proj = nn.Linear(v, dim)  # one-hot [V] -> [D]: column i is word i's vector
+        else:
+            weight = None
+            if embedding == "pretrained":
+                weight, embedding_dim = self._pretrained(pretrained_path, embedding_dim)
+            e = embedding_dim or dim
+            self.table = nn.Embedding(v, e, padding_idx=PAD_INDEX)
+            # a learned table is stored small (std E^-1/2) and read times sqrt(E) (as in the Transformer):
+            # its vectors start at unit scale next to the positional encoding, and Adam's fixed-size
+            # steps move them fast relative to their random start
+            self.scale = e ** 0.5 if embedding == "learned" else 1.0
+            nn.init.normal_(self.table.weight, std=init_std if init_std is not None else e ** -0.5)
+            with torch.no_grad():
+                self.table.weight[PAD_INDEX] = 0.0
+            if weight is not None:
+                with torch.no_grad():
+                    self.table.weight.copy_(weight)
+            self.table.weight.requires_grad_(not freeze)
+            self.proj = nn.Linear(e, dim) if e != dim else nn.Identity()
+        self.dropout = nn.Dropout(dropout)
+
+    def _pretrained(self, path: str, embedding_dim: int | None) -> tuple[torch.Tensor | None, int]:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            if embedding_dim:  # loading a checkpoint: the state dict holds the vectors
+                log.warning("pretrained vector file %s not found: the table starts random (%d dims) and is "
+                            "expected to come from a checkpoint's state dict", file, embedding_dim)
+                return None, embedding_dim
+            raise ValueError(f"pretrained vector file {file} does not exist (to load a checkpoint without it, "
+                             "set adapter.embedding_dim to the vectors' width)")
+        words = self.vocab.words[2:]
+        wanted = set(words) | {w.lower() for w in words}
+        vectors, e = read_word_vectors(file, wanted)
+        if embedding_dim and embedding_dim != e:
+            raise ValueError(f"embedding_dim={embedding_dim} but {file} holds {e}-dim vectors")
+        found = torch.stack(list(vectors.values())) if vectors else torch.zeros(1, e)
+        std = float(found.std()) if found.numel() > 1 else 1.0
+        weight = torch.randn(len(self.vocab), e) * (std or 1.0)  # missing words: random, same scale
+        weight[PAD_INDEX] = 0.0
+        missing = []
+        for i, w in enumerate(words, start=2):
+            vec = vectors.get(w, vectors.get(w.lower()))
+            if vec is None:
+                missing.append(w)
+            else:
+                weight[i] = vec
+        self.missing_words = len(missing)
+        log.info("pretrained vectors %s (%d dims): %d of %d vocabulary words found, %d missing (random init)%s",
+                 file, e, len(words) - len(missing), len(words), len(missing),
+                 f", e.g. {missing[:5]}" if missing else "")
+        return weight, e
+
+    def encode(self, words: Sequence[Sequence[str]], device: torch.device | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sentences -> ``ids [B, L]`` long (0 = padding) and ``mask [B, L]`` bool (True = real word)."""
+        if isinstance(words, str) or not isinstance(words, (list, tuple)):
+            raise ValueError(f"words must be a list of sentences (lists of str), got {type(words).__name__}")
+        lengths = []
+        for i, sentence in enumerate(words):
+            if isinstance(sentence, str) or not isinstance(sentence, (list, tuple)):
+                raise ValueError(f"words[{i}] must be a list of str (one sentence), got {type(sentence).__name__}")
+            lengths.append(len(sentence))
+        length = max(lengths, default=0)
+        ids = torch.zeros(len(words), length, dtype=torch.long)  # [B, L]
+        for i, sentence in enumerate(words):
+            ids[i, : len(sentence)] = torch.tensor(
+                self.vocab.encode([normalize(w, self.lowercase) for w in sentence]), dtype=torch.long)
+        mask = torch.arange(length)[None, :] < torch.tensor(lengths, dtype=torch.long)[:, None]  # [B, L]
+        return ids.to(device), mask.to(device)
+
+    def word_vectors(self) -> torch.Tensor:
+        """``[V, E]`` the vector each vocabulary word starts from (for ``onehot``: the projection's
+        column, i.e. what its one-hot vector becomes)."""
+        if self.table is None:
+            return self.proj.weight.t()  # [V, D]
+        return self.table.weight * self.scale
+
+    #: tensor inputs for ``seqattn.export`` (strings cannot be traced): ids from :meth:`export_inputs_from`
+    export_inputs = ("ids", "mask")
+
+    def export_inputs_from(self, batch: dict) -> dict[str, torch.Tensor]:
+        """A batch with ``words`` -> ``{"ids": [B, L] long, "mask": [B, L] bool}`` for an exported model."""
+        ids, mask = self.encode(batch["words"])
+        return {"ids": ids, "mask": mask}
+
+    def forward(self, words: Sequence[Sequence[str]] | None = None, *, ids: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> Tokens:
+        """``words`` (B sentences of words) -> Tokens(x ``[B, L, D]``, mask ``[B, L]``).
+
+        Or, for exported models, ``ids [B, L]`` (vocabulary indices, see :meth:`encode`) with
+        ``mask [B, L]`` instead of ``words``; both give the same tokens.
+
+        ``extra``: ``ids [B, L]`` vocabulary indices, ``words`` (as given, or None) and ``word_index``
+        ``[B, L]`` (the word each position holds, -1 on padding: one word per token).
+        """
+        device = self.proj.weight.device if isinstance(self.proj, nn.Linear) else self.table.weight.device
+        if words is not None:
+            ids, mask = self.encode(words, device)  # [B, L], [B, L]
+        elif ids is None or mask is None:
+            raise ValueError("TextAdapter needs words, or ids [B, L] with mask [B, L]")
+        elif ids.dim() != 2 or mask.shape != ids.shape or mask.dtype != torch.bool:
+            raise ValueError(f"ids must be [B, L] with a bool mask of the same shape, got ids {tuple(ids.shape)} "
+                             f"and mask {mask.dtype} {tuple(mask.shape)}")
+        if ids.shape[1] == 0:
+            raise ValueError("every sentence in the batch is empty (0 words)")
+        looked_up = ids
+        if self.training and self.word_dropout > 0:
+            drop = (torch.rand(ids.shape, device=device) < self.word_dropout) & mask
+            looked_up = ids.masked_fill(drop, UNK_INDEX)
+        if self.table is None:
+            x = self.proj(F.one_hot(looked_up, len(self.vocab)).to(self.proj.weight.dtype))  # [B, L, V] -> [B, L, D]
+        else:
+            x = self.proj(self.table(looked_up) * self.scale)  # [B, L, E] -> [B, L, D]
+        x = self.dropout(x) * mask.unsqueeze(-1)
+        positions = torch.arange(ids.shape[1], device=device).expand_as(ids)
+        word_index = torch.where(mask, positions, torch.full_like(positions, -1))  # [B, L]
+        return Tokens(x=x, mask=mask, extra={"ids": ids, "words": words, "word_index": word_index})

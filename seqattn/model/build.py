@@ -1,0 +1,94 @@
+"""Building a network from its config and the data's spec -- the one place they meet.
+
+``build_network(net_cfg, spec)`` instantiates a ``_target_`` config (plain dicts, as saved in a
+checkpoint) of :class:`~seqattn.model.network.SequenceModel` and its parts. A part's constructor
+arguments named in its ``spec_fields`` (see :mod:`seqattn.model.protocols`) are taken from the
+spec; the config may leave them out (or null). A config value that *contradicts* the spec (say
+``head.num_outputs=5`` when the data has 3 classes) is an error naming both.
+
+No Hydra here: ``_target_`` is resolved with :func:`locate`, so a checkpoint rebuilds anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+_RESERVED = ("_target_", "_partial_", "_convert_", "_recursive_", "_args_")
+
+
+def locate(path: str) -> Any:
+    """``"package.module.Name"`` -> the object (a class or function); ``ValueError`` naming the path."""
+    if not isinstance(path, str) or "." not in path:
+        raise ValueError(f"_target_ must be a dotted path like 'seqattn.model.heads.TokenHead', got {path!r}")
+    from seqattn._deprecated import replacement  # old module paths of saved configs keep working
+
+    path = replacement(path)
+    module_name, _, attr = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        # a nested attribute (package.module.Class.method) or a wrong path
+        parent, _, outer = module_name.rpartition(".")
+        try:
+            return getattr(getattr(importlib.import_module(parent), outer), attr)
+        except (ImportError, AttributeError, ValueError):
+            raise ValueError(f"cannot import {module_name!r} for _target_ {path!r}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{module_name!r} has no {attr!r} (_target_ {path!r})") from None
+
+
+def spec_kwargs(cls: type, cfg: Mapping[str, Any], spec: Any, where: str) -> dict[str, Any]:
+    """The constructor arguments ``cls.spec_fields`` takes from ``spec`` (none without a spec).
+
+    A value the config sets (not None) must equal the spec's; the config may omit the argument.
+    """
+    fields = getattr(cls, "spec_fields", None) or {}
+    if spec is None or not fields:
+        return {}
+    out = {}
+    for arg, key in fields.items():
+        value = spec.get(key, None)
+        if value is None:
+            continue
+        if isinstance(value, tuple):
+            value = list(value)
+        given = cfg.get(arg)
+        if given is not None and (list(given) if isinstance(given, (list, tuple)) else given) != value:
+            shown = value if not isinstance(value, list) or len(value) <= 8 else f"[{len(value)} values]"
+            raise ValueError(f"{where}.{arg}={given!r} contradicts the data ({key}={shown}); leave {where}.{arg} "
+                             "unset: it comes from the data")
+        out[arg] = value
+    return out
+
+
+def build_part(cfg: Mapping[str, Any] | Any, spec: Any = None, where: str = "part") -> Any:
+    """One ``_target_`` config -> the object, spec fields filled. A non-dict is returned as is (an
+    already built module)."""
+    if not isinstance(cfg, Mapping):
+        return cfg
+    if "_target_" not in cfg:
+        raise ValueError(f"{where} config needs a _target_ (the class to build), got keys {sorted(cfg)}")
+    target = locate(cfg["_target_"])
+    kwargs = {k: v for k, v in cfg.items() if k not in _RESERVED}
+    kwargs.update(spec_kwargs(target, kwargs, spec, where))
+    try:
+        return target(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"cannot build {where} {cfg['_target_']}: {err}") from None
+
+
+def build_network(cfg: Mapping[str, Any] | Any, spec: Any = None) -> Any:
+    """A network config (``_target_`` = a ``SequenceModel``, with ``adapter`` / ``encoder`` / ``head``
+    part configs) -> the network. An ``nn.Module`` is returned unchanged."""
+    if not isinstance(cfg, Mapping):
+        return cfg
+    cfg = dict(cfg)
+    parts = {name: build_part(cfg.pop(name), spec, name) for name in ("adapter", "encoder", "head") if name in cfg}
+    net = build_part({**cfg, **parts}, spec, "net")
+    check = getattr(getattr(net, "adapter", None), "check_spec", None)
+    if spec is not None and callable(check):
+        check(spec)
+    return net

@@ -1,0 +1,123 @@
+"""The declared interfaces of the network's parts, checked once when a network is built.
+
+A network is ``adapter (batch -> Tokens) -> encoder (Tokens -> [B, L, D]) -> head ([B, L, D] -> logits)``.
+Each part is an ``nn.Module``; what the network reads from it is declared here, with its default:
+
+Adapter (:class:`AdapterBase`):
+    ``inputs``            tuple of the batch keys it reads, in call order (required, non-empty).
+    ``export_inputs``     tensor-only keys for exported models when ``inputs`` are not tensors
+                          (text: ``("ids", "mask")``), else None.
+    ``export_inputs_from(batch) -> dict``  the ``export_inputs`` tensors of a batch (default: none).
+    ``exportable``        False when the adapter builds structure in Python per batch (graphs).
+    ``spec_fields``       constructor arguments filled from the data's spec (see below).
+    ``check_spec(spec)``  raise ``ValueError`` when the data does not provide what it reads.
+
+Encoder (the core :class:`~seqattn.core.Encoder` or a baseline):
+    ``dim``               model width D; ``forward(tokens, return_attention=False)``.
+
+Head (:class:`HeadBase`):
+    ``num_outputs``       C classes / T targets;  ``per_token``  True = ``[B, L, C]``, False = ``[B, C]``;
+    ``needs_global_token``  True when it reads the global token at position 0 (``cls`` pooling).
+
+``spec_fields = {"constructor argument": "spec key"}`` (a class attribute) names what a part takes
+from the :class:`~seqattn.datakit.spec.DataSpec` (``"num_outputs"``, ``"vocab"``,
+``"sizes.node_features"``...): the network builder fills those arguments, so data never travels
+through another part's config.
+
+Classes deriving from the bases get the defaults; any other ``nn.Module`` is checked by
+:func:`check_adapter` / :func:`check_head` / :func:`check_encoder`. A subclass that defines a name
+close to a hook's (``export_input`` for ``export_inputs``) is an error when the class is created:
+a typo in a hook is never a silent fallback to the default.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, ClassVar, Mapping
+
+from torch import nn
+
+ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec")
+HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields")
+
+
+def _near_misses(cls: type, hooks: tuple[str, ...]) -> None:
+    for name in vars(cls):
+        if name.startswith("_") or name in hooks:
+            continue
+        close = difflib.get_close_matches(name, hooks, n=1, cutoff=0.85)
+        if close:
+            raise TypeError(f"{cls.__name__}.{name} looks like a misspelt hook {close[0]!r} of "
+                            f"{cls.__mro__[1].__name__}; rename it (hooks: {', '.join(hooks)})")
+
+
+class AdapterBase(nn.Module):
+    """Base of the modality adapters: raw batch inputs -> :class:`~seqattn.core.Tokens`."""
+
+    inputs: tuple[str, ...] = ()
+    export_inputs: tuple[str, ...] | None = None
+    exportable: bool = True
+    spec_fields: ClassVar[Mapping[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _near_misses(cls, ADAPTER_HOOKS)
+
+    def export_inputs_from(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``export_inputs`` tensors of a batch (adapters whose ``inputs`` are tensors need none)."""
+        return {}
+
+    def check_spec(self, spec: Any) -> None:
+        """Raise ``ValueError`` when the data's spec does not provide what this adapter reads."""
+
+
+class HeadBase(nn.Module):
+    """Base of the heads: encoder output ``[B, L, D]`` -> predictions."""
+
+    num_outputs: int
+    per_token: bool = True
+    needs_global_token: bool = False
+    spec_fields: ClassVar[Mapping[str, str]] = {"num_outputs": "num_outputs"}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _near_misses(cls, HEAD_HOOKS)
+
+
+def check_adapter(adapter: nn.Module) -> None:
+    """``ValueError`` unless ``adapter`` declares its ``inputs`` (a non-empty tuple of batch keys) and
+    its optional hooks have the declared types."""
+    inputs = getattr(adapter, "inputs", None)
+    if not isinstance(inputs, (tuple, list)) or not inputs or not all(isinstance(k, str) for k in inputs):
+        raise ValueError(f"adapter {type(adapter).__name__} must declare the batch keys it reads as a non-empty "
+                         f"tuple `inputs`, got {inputs!r}")
+    export = getattr(adapter, "export_inputs", None)
+    if export is not None and (not isinstance(export, (tuple, list)) or not all(isinstance(k, str) for k in export)):
+        raise ValueError(f"adapter {type(adapter).__name__}.export_inputs must be a tuple of batch keys or None, "
+                         f"got {export!r}")
+    if export and not callable(getattr(adapter, "export_inputs_from", None)):
+        raise ValueError(f"adapter {type(adapter).__name__} declares export_inputs but no export_inputs_from(batch)")
+    if not callable(adapter):
+        raise ValueError(f"adapter {type(adapter).__name__} is not callable")
+
+
+def check_head(head: nn.Module) -> None:
+    n = getattr(head, "num_outputs", None)
+    if not isinstance(n, int) or n <= 0:
+        raise ValueError(f"head {type(head).__name__} must have a positive int `num_outputs`, got {n!r}")
+    if not isinstance(getattr(head, "per_token", None), bool):
+        raise ValueError(f"head {type(head).__name__} must say whether it predicts per token (`per_token` bool)")
+
+
+def check_encoder(encoder: nn.Module) -> None:
+    dim = getattr(encoder, "dim", None)
+    if not isinstance(dim, int) or dim <= 0:
+        raise ValueError(f"encoder {type(encoder).__name__} must have a positive int `dim` (its width), got {dim!r}")
+
+
+def adapter_hooks(adapter: nn.Module) -> dict[str, Any]:
+    """The optional adapter hooks with their defaults (read once, after :func:`check_adapter`)."""
+    return {
+        "export_inputs": tuple(getattr(adapter, "export_inputs", None) or ()) or None,
+        "exportable": bool(getattr(adapter, "exportable", True)),
+    }

@@ -1,0 +1,9 @@
+"""Training machinery around Lightning: callbacks, checkpoint IO, fine-tuning, exact resume, sweep summaries.
+
+- :mod:`~seqattn.training.callbacks`: per-epoch summary, atomic checkpoint IO, last.ckpt every N steps,
+  exact-resume random states;
+- :mod:`~seqattn.training.checkpoint`: reading a checkpoint safely and rebuilding its model;
+- :mod:`~seqattn.training.finetune`: ``init_from=`` / ``freeze=`` / pretrained learning-rate scale;
+- :mod:`~seqattn.training.resume`: ``resume=RUN_DIR``, resumable train loaders;
+- :mod:`~seqattn.training.sweep`: the summary table of a Hydra multirun.
+"""

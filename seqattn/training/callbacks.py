@@ -1,0 +1,146 @@
+"""Small Lightning callbacks used by the recipes."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from seqattn.training.checkpoint import atomic_torch_save
+
+log = logging.getLogger("seqattn.train")
+
+
+class EpochSummary(L.Callback):
+    """Logs one line per validation epoch (metrics and elapsed time), so progress stays
+    visible in log files and CI output where no progress bar is drawn."""
+
+    def __init__(self) -> None:
+        self._start = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        # validation ends inside the training epoch: show this epoch's val metrics and the training loss
+        shown = {k: float(v) for k, v in trainer.callback_metrics.items()
+                 if (k.startswith("val/") or k == "train/loss_epoch") and v.numel() == 1}
+        text = " ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items()))
+        elapsed = time.perf_counter() - (self._start or time.perf_counter())
+        log.info("epoch %d/%s %s (%.0f s)", trainer.current_epoch + 1, trainer.max_epochs, text, elapsed)
+
+
+# ---------------------------------------------------------------------------------------------
+# reliability: atomic checkpoint files, RNG state in checkpoints, last.ckpt every N steps
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``TorchCheckpointIO`` writing each checkpoint to a temporary file in the same
+    folder and renaming it into place (``os.replace``): a crash while saving leaves the previous
+    ``last.ckpt`` / ``best.ckpt`` whole. Configured as ``trainer.plugins`` in conf/trainer/default.yaml."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
+        atomic_torch_save(checkpoint, path)
+
+
+class ExactResume(L.Callback):
+    """Makes a resumed run continue exactly where the checkpoint was taken (see :mod:`seqattn.training.resume`):
+
+    - keeps the global random states (torch, CUDA, numpy, python) in every checkpoint and restores
+      them at the first training batch after resuming, so dropout draws what the uninterrupted run drew
+      (plain tensors and lists only: the checkpoint still loads with ``weights_only=True``);
+    - hands the checkpointed state of the train loader (Lightning saves a resumable loader's
+      ``state_dict``) back to it at ``on_train_start``: Lightning itself does not when, as here, the
+      learning-rate schedule asks for ``estimated_stepping_batches`` before the loops are restored.
+    """
+
+    _loader_states: list | None = None
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        fit_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        self._loader_states = fit_state.get("combined_loader")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        states, self._loader_states = self._loader_states, None
+        combined = trainer.fit_loop._combined_loader
+        if not states or combined is None:
+            return
+        loaders = combined.flattened
+        if len(loaders) != len(states):
+            log.warning("checkpoint has %d train loader states for %d loaders: not restored", len(states), len(loaders))
+            return
+        for loader, state in zip(loaders, states):
+            if hasattr(loader, "load_state_dict"):
+                loader.load_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        version, internal, gauss_next = random.getstate()
+        state = {
+            "torch": torch.get_rng_state(),
+            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached": float(cached)},
+            "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+        }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    _pending: dict[str, Any] | None = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # applied at the first training batch, not now: between restoring and training Lightning runs
+        # the sanity check, whose DataLoader iterator draws a seed from the global RNG
+        self._pending = state_dict
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._pending is not None:  # after the sanity check and the first batch's fetch
+            state, self._pending = self._pending, None
+            self.restore(state)
+
+    @staticmethod
+    def restore(state_dict: dict[str, Any]) -> None:
+        """Set the global random states to ``state_dict`` (from :meth:`state_dict`)."""
+        torch.set_rng_state(state_dict["torch"])
+        n = state_dict["numpy"]
+        np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+        p = state_dict["python"]
+        random.setstate((p["version"], tuple(p["internal"]), p["gauss_next"]))
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``checkpoints/last.ckpt`` at every epoch end and, with ``every_n_steps``, every N training
+    steps too (mid-epoch), so a killed run loses at most N steps (``resume=PATH_TO_RUN``).
+
+    Keeps no other file (``save_top_k=0``); the best checkpoint is the other ModelCheckpoint's job.
+    """
+
+    def __init__(self, dirpath: str | Path, every_n_steps: int | None = None) -> None:
+        if every_n_steps is not None and every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be a positive number of training steps or null, got {every_n_steps}")
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, enable_version_counter=False)
+        self.every_n_steps = int(every_n_steps or 0)
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(last_every_n_steps=self.every_n_steps)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if (self.every_n_steps and trainer.global_step % self.every_n_steps == 0
+                and not self._should_skip_saving_checkpoint(trainer)):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

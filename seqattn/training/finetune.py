@@ -1,0 +1,177 @@
+"""Fine-tuning: start a run from another run's weights (``init_from=PATH.ckpt``).
+
+What is loaded (``python -m seqattn.run task=... init_from=run/checkpoints/best.ckpt``):
+
+- the adapter and the encoder (every ``net.*`` tensor except the head's), shapes must match;
+- the head (and the global token) only when the label set is the same (names and count);
+  otherwise they keep their fresh initialisation;
+- a learned positional table of another length is interpolated to the new ``model.max_len``
+  (``finetune.resize_positional``);
+- any other difference (a shape, a tensor the checkpoint lacks or has in excess) is a
+  ``ValueError`` listing every such tensor.
+
+Then ``freeze=[adapter, encoder]`` stops training those parts and ``finetune.pretrained_lr_mult``
+scales the learning rate of the loaded tensors (``Objective.lr_multipliers``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqattn.training.checkpoint import read_checkpoint
+
+log = logging.getLogger("seqattn.training.finetune")
+
+NET = "net."
+TASK_SPECIFIC = ("net.head.", "net.global_token")  # re-initialised when the label set differs
+FREEZABLE = ("adapter", "encoder", "head", "global_token")
+
+
+def _task_specific(name: str) -> bool:
+    return name.startswith(TASK_SPECIFIC)
+
+
+def _is_learned_positional(name: str, model_tensor: torch.Tensor, source: torch.Tensor) -> bool:
+    return (name.endswith("positional.weight") and model_tensor.dim() == source.dim() == 2
+            and model_tensor.shape[1] == source.shape[1])
+
+
+def resize_positional(table: torch.Tensor, length: int) -> torch.Tensor:
+    """A learned positional table ``[L_old, D]`` -> ``[length, D]`` by linear interpolation along positions
+    (the first and last positions are kept; ``length == L_old`` returns it unchanged)."""
+    if table.shape[0] == length:
+        return table.clone()
+    resized = F.interpolate(table.T[None].float(), size=length, mode="linear", align_corners=True)  # [1, D, L]
+    return resized[0].T.to(table.dtype).contiguous()  # [length, D]
+
+
+def init_from_state(
+    model: nn.Module,
+    state_dict: dict[str, torch.Tensor],
+    source_labels: Sequence[str] | None,
+    resize_positional_table: bool = True,
+) -> dict[str, list[str]]:
+    """Copy a pretrained objective's ``net.*`` tensors into ``model`` (an ``Objective``).
+
+    Args:
+        model: the new objective (its ``net`` built for the new data: head sized for its labels).
+        state_dict: the pretrained objective's ``state_dict`` (checkpoint ``["state_dict"]``).
+        source_labels: the pretrained model's label names (None if it had none).
+        resize_positional_table: interpolate a learned positional table of another length.
+
+    Returns:
+        ``{"loaded": [...], "new": [...], "resized": [...]}`` tensor names (``resized`` are loaded too).
+
+    Raises:
+        ValueError: listing every tensor outside the head whose shape differs, that the
+            checkpoint lacks or that the model lacks.
+    """
+    target = {k: v for k, v in model.state_dict().items() if k.startswith(NET)}
+    source = {k: v for k, v in state_dict.items() if k.startswith(NET)}
+    if not source:
+        raise ValueError("the checkpoint has no network tensors (net.*): is it a seqattn checkpoint?")
+    labels = list(getattr(model, "labels", None) or [])
+    same_task = labels == list(source_labels or []) and all(
+        source.get(k) is not None and source[k].shape == v.shape for k, v in target.items() if _task_specific(k))
+    if not same_task:
+        log.info("label set differs (checkpoint %s, now %s): the head is re-initialised",
+                 list(source_labels or [])[:20], labels[:20])
+    loaded, new, resized, problems = [], [], [], []
+    update: dict[str, torch.Tensor] = {}
+    for name, tensor in target.items():
+        if _task_specific(name) and not same_task:
+            new.append(name)
+            continue
+        if name not in source:
+            problems.append(f"{name}: in the model {tuple(tensor.shape)}, not in the checkpoint")
+            continue
+        value = source[name]
+        if value.shape != tensor.shape:
+            if resize_positional_table and _is_learned_positional(name, tensor, value):
+                update[name] = resize_positional(value, tensor.shape[0])
+                resized.append(name)
+                loaded.append(name)
+                continue
+            problems.append(f"{name}: checkpoint {tuple(value.shape)} vs model {tuple(tensor.shape)}")
+            continue
+        update[name] = value
+        loaded.append(name)
+    for name in source:
+        if name not in target and not _task_specific(name):
+            problems.append(f"{name}: in the checkpoint {tuple(source[name].shape)}, not in the model")
+    if problems:
+        hint = ("; a learned positional table of another length is resized only with "
+                "finetune.resize_positional=true" if not resize_positional_table else "")
+        raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head may "
+                         f"differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
+    with torch.no_grad():
+        own = model.state_dict()
+        for name, value in update.items():
+            own[name].copy_(value)
+    return {"loaded": loaded, "new": new, "resized": resized}
+
+
+def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_table: bool = True
+                         ) -> dict[str, list[str]]:
+    """:func:`init_from_state` from a seqattn checkpoint file (read with ``weights_only=True``); logs
+    which tensors were loaded, resized and newly initialised."""
+    checkpoint = read_checkpoint(path)
+    report = init_from_state(model, checkpoint["state_dict"], checkpoint["hyper_parameters"].get("labels"),
+                             resize_positional_table)
+    log.info("init_from %s: loaded %d tensors (%s), new (re-initialised) %d: %s%s", path, len(report["loaded"]),
+             _summary(report["loaded"]), len(report["new"]), report["new"],
+             f", resized {report['resized']}" if report["resized"] else "")
+    return report
+
+
+def _summary(names: Sequence[str]) -> str:
+    """``net.encoder.layers.0.attn.q_proj.weight`` ... -> ``net.encoder: 24, net.adapter: 2``."""
+    counts: dict[str, int] = {}
+    for name in names:
+        part = ".".join(name.split(".")[:2])
+        counts[part] = counts.get(part, 0) + 1
+    return ", ".join(f"{k}: {v}" for k, v in counts.items())
+
+
+def freeze(model: nn.Module, parts: Sequence[str]) -> list[str]:
+    """Stop training ``model.net.<part>`` for each part in ``parts`` (``adapter``, ``encoder``, ``head``,
+    ``global_token``); returns the frozen parameter names."""
+    unknown = [p for p in parts if p not in FREEZABLE]
+    if unknown:
+        raise ValueError(f"freeze={list(parts)}: {unknown} not among {list(FREEZABLE)}")
+    frozen = []
+    for name, param in model.named_parameters():
+        if any(name == f"{NET}{p}" or name.startswith(f"{NET}{p}.") for p in parts):
+            param.requires_grad_(False)
+            frozen.append(name)
+    if parts and not frozen:
+        raise ValueError(f"freeze={list(parts)} matched no parameter")
+    log.info("frozen: %d tensors of %s", len(frozen), list(parts))
+    return frozen
+
+
+def apply_finetune(model: nn.Module, cfg: Any) -> dict[str, Any] | None:
+    """The run config's ``init_from`` / ``freeze`` / ``finetune`` applied to a freshly built objective.
+    Returns a summary for ``metrics.json`` (None when nothing was asked)."""
+    init_from = cfg.get("init_from")
+    parts = list(cfg.get("freeze") or [])
+    options = cfg.get("finetune") or {}
+    summary: dict[str, Any] = {}
+    if init_from:
+        report = init_from_checkpoint(model, init_from, bool(options.get("resize_positional", True)))
+        mult = float(options.get("pretrained_lr_mult", 1.0))
+        if mult <= 0:
+            raise ValueError(f"finetune.pretrained_lr_mult={mult} must be > 0 (use freeze=[...] to stop training)")
+        if mult != 1.0:
+            model.lr_multipliers = {name: mult for name in report["loaded"]}
+        summary.update(init_from=str(init_from), loaded=len(report["loaded"]), new=report["new"],
+                       resized=report["resized"], pretrained_lr_mult=mult)
+    if parts:
+        summary["frozen"] = len(freeze(model, parts))
+    return summary or None

@@ -1,0 +1,138 @@
+"""Audio adapter: framing, feature shapes, file loading, padding invariance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from seqattn.modalities.audio.adapter import AudioAdapter
+from seqattn.modalities.audio.features import AudioFeatures, frame_labels, load_audio, num_frames
+from seqattn.core.tokens import Tokens
+
+SR = 16000
+
+
+def test_num_frames():
+    assert num_frames(400, 400, 160) == 1
+    assert num_frames(399, 400, 160) == 0
+    assert num_frames(0, 400, 160) == 0
+    assert num_frames(16000, 400, 160) == 1 + (16000 - 400) // 160 == 98
+    assert num_frames(559, 400, 160) == 1 and num_frames(560, 400, 160) == 2
+
+
+def test_frame_labels_use_centre_sample():
+    win, hop = 400, 160
+    lab = {"sil": 0, "a": 1}
+    # boundary at 0.0255 s = sample 408: frame 0 centre 200 -> sil, frame 1 centre 360 -> sil,
+    # frame 2 centre 520 -> a
+    segs = [(0.0, 0.0255, "sil"), (0.0255, 0.1, "a")]
+    y = frame_labels(segs, 1600, SR, win, hop, lab)
+    assert y.dtype == torch.long and y.shape == (num_frames(1600, win, hop),)
+    centres = torch.arange(len(y)) * hop + win // 2
+    assert torch.equal(y, (centres >= 408).long())
+
+
+def test_frame_labels_uncovered_and_unknown():
+    lab = {"sil": 0, "a": 1}
+    y = frame_labels([(0.05, 0.08, "a")], 1600, SR, 400, 160, lab)
+    assert set(y.tolist()) == {-100, 1}
+    y = frame_labels([(0.05, 0.08, "a")], 1600, SR, 400, 160, lab, default="sil")
+    assert set(y.tolist()) == {0, 1}
+    with pytest.raises(ValueError, match=r"unknown label 'zz'.*'a', 'sil'"):
+        frame_labels([(0.0, 0.1, "zz")], 1600, SR, 400, 160, lab)
+
+
+@pytest.mark.parametrize("kind, dim", [("raw", 400), ("logmel", 40), ("mfcc", 20)])
+def test_feature_shapes(kind, dim):
+    feats = AudioFeatures(features=kind)
+    assert feats.win == 400 and feats.hop == 160 and feats.feature_dim == dim
+    assert not list(feats.parameters())
+    wav = torch.randn(3, 8000)
+    lengths = torch.tensor([8000, 4000, 400])
+    x, mask = feats(wav, lengths)
+    assert x.shape == (3, num_frames(8000, 400, 160), dim)
+    assert mask.dtype == torch.bool
+    assert mask.sum(1).tolist() == [num_frames(int(n), 400, 160) for n in lengths]
+    assert torch.all(x[~mask] == 0)
+    assert torch.isfinite(x).all()
+    # normalised per utterance over its real frames
+    real = x[0][mask[0]]
+    assert torch.allclose(real.mean(0), torch.zeros(dim), atol=1e-4)
+    assert torch.allclose(real.std(0, unbiased=False), torch.ones(dim), atol=1e-3)
+
+
+def test_unknown_feature_type():
+    with pytest.raises(ValueError, match=r"features='spectrum'.*'raw', 'logmel', 'mfcc'"):
+        AudioFeatures(features="spectrum")
+
+
+def test_one_dim_waveform_is_a_batch_of_one():
+    x, mask = AudioFeatures()(torch.randn(4000))
+    assert x.shape == (1, num_frames(4000, 400, 160), 40) and mask.all()
+
+
+def test_too_short_and_empty_audio():
+    feats = AudioFeatures()
+    with pytest.raises(ValueError, match=r"batch item 1 has 100 samples \(6\.2 ms\).*window of 400 samples"):
+        feats(torch.randn(2, 1000), torch.tensor([1000, 100]))
+    with pytest.raises(ValueError, match="empty"):
+        feats(torch.zeros(1, 0))
+    with pytest.raises(ValueError, match="empty"):
+        feats(torch.zeros(0))
+
+
+@pytest.mark.parametrize("kind", ["raw", "logmel", "mfcc"])
+def test_padded_batch_equals_each_item_alone(kind):
+    torch.manual_seed(0)
+    lengths = [6000, 3333, 401]
+    items = [torch.randn(n) for n in lengths]
+    batch = torch.zeros(3, 7000)  # extra padding beyond the longest item
+    for i, w in enumerate(items):
+        batch[i, : len(w)] = w
+    adapter = AudioAdapter(dim=16, features=kind).eval()
+    tok = adapter(batch, torch.tensor(lengths))
+    assert isinstance(tok, Tokens)
+    assert tok.x.shape[:2] == tok.mask.shape == tok.extra["features"].shape[:2]
+    for i, w in enumerate(items):
+        alone = adapter(w[None])
+        n = alone.x.shape[1]
+        assert tok.mask[i].sum() == n
+        assert torch.allclose(tok.extra["features"][i, :n], alone.extra["features"][0], atol=1e-4)
+        assert torch.allclose(tok.x[i, :n], alone.x[0], atol=1e-4)
+
+
+def test_adapter_inputs_contract():
+    adapter = AudioAdapter(dim=8)
+    batch = {"waveform": torch.randn(2, 2000), "lengths": torch.tensor([2000, 1500]), "labels": None}
+    tok = adapter(**{k: batch[k] for k in adapter.inputs})
+    assert tok.x.shape == (2, num_frames(2000, 400, 160), 8)
+    assert tok.extra["features"].shape == (2, num_frames(2000, 400, 160), 40)
+
+
+def test_load_audio_stereo_and_resample(tmp_path):
+    sr = 22050
+    t = np.arange(sr) / sr  # 1 s
+    stereo = np.stack([0.5 * np.sin(2 * np.pi * 440 * t), 0.1 * np.ones_like(t)], axis=1)  # [T, 2]
+    path = tmp_path / "stereo.wav"
+    sf.write(path, stereo, sr, subtype="FLOAT")
+    wav = load_audio(path, SR)
+    assert wav.dtype == torch.float32 and wav.dim() == 1
+    assert abs(wav.numel() - SR) <= 1
+    same = load_audio(path, sr)  # no resampling: the channel mean exactly
+    assert same.numel() == sr
+    assert torch.allclose(same, torch.from_numpy(stereo.mean(1)).float(), atol=1e-6)
+
+
+def test_load_audio_errors(tmp_path):
+    with pytest.raises(ValueError, match="missing.wav"):
+        load_audio(tmp_path / "missing.wav", SR)
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not audio at all")
+    with pytest.raises(ValueError, match="bad.wav"):
+        load_audio(bad, SR)
+    empty = tmp_path / "empty.wav"
+    sf.write(empty, np.zeros(0), SR)
+    with pytest.raises(ValueError, match=r"empty\.wav is empty"):
+        load_audio(empty, SR)

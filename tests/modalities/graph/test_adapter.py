@@ -1,0 +1,326 @@
+"""GraphAdapter: dense and edge paths agree, permutation invariances, PyG TransformerConv, k hops, memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqattn.core import Encoder, MultiHeadAttention, Tokens, prepend_global_token
+from seqattn.core import planning
+from seqattn.core.planning import choose_graph_path, edges_to_dense
+from seqattn.modalities.graph.adapter import GraphAdapter, k_hop_edges
+from seqattn.modalities.graph.batching import collate_graphs
+from seqattn.modalities.graph.positional import graph_positional_encoding, laplacian_pe, random_walk_pe
+from seqattn.model.heads import PooledHead, TokenHead
+from seqattn.model.network import SequenceModel
+
+F_NODE, F_EDGE, DIM, HEADS = 5, 3, 16, 4
+
+
+def random_graph(n: int, p: float = 0.3, seed: int = 0, pe: str = "none", pe_dim: int = 4) -> dict:
+    """An undirected random graph (both directions) with node and edge features."""
+    g = torch.Generator().manual_seed(seed)
+    upper = torch.triu(torch.rand(n, n, generator=g) < p, diagonal=1)
+    src, dst = upper.nonzero(as_tuple=True)
+    edge_index = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], dim=1)
+    attr = torch.randn(src.numel(), F_EDGE, generator=g)
+    item = {"x": torch.randn(n, F_NODE, generator=g), "edge_index": edge_index,
+            "edge_attr": torch.cat([attr, attr]), "targets": torch.randn(2, generator=g)}
+    if pe != "none":
+        item["pe"] = graph_positional_encoding(pe, edge_index, n, pe_dim)
+    return item
+
+
+def batch_of(sizes=(7, 4, 9, 6), pe: str = "none") -> dict:
+    return collate_graphs([random_graph(n, seed=i, pe=pe) for i, n in enumerate(sizes)])
+
+
+def make_model(kernel: str, pooled: bool, global_token: bool, edge_features: int = F_EDGE, hops: int = 1,
+               positional: str = "none", pooling: str = "mean") -> SequenceModel:
+    adapter = GraphAdapter(DIM, F_NODE, edge_features, heads=HEADS, hops=hops, positional=positional, pe_dim=4)
+    with torch.no_grad():  # a non-zero distance bias so that both bias sources are exercised
+        adapter.distance.weight.normal_()
+    encoder = Encoder(DIM, depth=2, heads=HEADS, dropout=0.0, positional="none", graph_path=kernel)
+    head = PooledHead(DIM, 3, pooling=pooling) if pooled else TokenHead(DIM, 3)
+    return SequenceModel(adapter, encoder, head, global_token=global_token)
+
+
+def grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("edge_features", [0, F_EDGE])
+@pytest.mark.parametrize("global_token", [False, True])
+@pytest.mark.parametrize("hops", [1, 2])
+def test_dense_and_edge_paths_agree_in_values_and_gradients(edge_features, global_token, hops):
+    batch = batch_of()
+    dense = make_model("dense", pooled=True, global_token=global_token, edge_features=edge_features, hops=hops,
+                       pooling="cls" if global_token else "mean")
+    edge = make_model("edge", pooled=True, global_token=global_token, edge_features=edge_features, hops=hops,
+                      pooling="cls" if global_token else "mean")
+    edge.load_state_dict(dense.state_dict())
+    out_d, out_e = dense(batch)["logits"], edge(batch)["logits"]
+    assert dense.encoder.last_graph_path == "dense" and edge.encoder.last_graph_path == "edge"
+    torch.testing.assert_close(out_e, out_d, rtol=1e-5, atol=1e-5)
+    (out_d ** 2).sum().backward()
+    (out_e ** 2).sum().backward()
+    gd, ge = grads(dense), grads(edge)
+    assert gd.keys() == ge.keys() and "adapter.distance.weight" in gd
+    if edge_features:
+        assert gd["adapter.edge_proj.weight"].abs().sum() > 0
+    for key in gd:
+        torch.testing.assert_close(ge[key], gd[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_node_outputs_match_between_paths_and_padding_is_ignored():
+    batch = batch_of()
+    dense = make_model("dense", pooled=False, global_token=True)
+    edge = make_model("edge", pooled=False, global_token=True)
+    edge.load_state_dict(dense.state_dict())
+    out_d, out_e = dense(batch), edge(batch)
+    mask = out_d["mask"]
+    torch.testing.assert_close(out_e["logits"][mask], out_d["logits"][mask], rtol=1e-5, atol=1e-5)
+    # one graph alone gives the same node outputs as inside the padded batch
+    alone = collate_graphs([random_graph(4, seed=1)])
+    dense.eval()
+    torch.testing.assert_close(dense(alone)["logits"][0], dense(batch)["logits"][1, :4], rtol=1e-5, atol=1e-5)
+
+
+def _permute(item: dict, perm: torch.Tensor) -> dict:
+    """Node ``perm[i]`` of the original becomes node ``i``."""
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel())
+    out = dict(item, x=item["x"][perm], edge_index=inv[item["edge_index"]])
+    if "pe" in item:
+        out["pe"] = item["pe"][perm]
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["dense", "edge"])
+def test_permuting_nodes_permutes_node_outputs_and_keeps_graph_outputs(kernel):
+    graphs = [random_graph(n, seed=i, pe="random_walk") for i, n in enumerate((8, 6, 9))]
+    perms = [torch.randperm(g["x"].shape[0]) for g in graphs]
+    batch = collate_graphs(graphs)
+    permuted = collate_graphs([_permute(g, p) for g, p in zip(graphs, perms)])
+
+    nodes = make_model(kernel, pooled=False, global_token=False, hops=2, positional="random_walk").eval()
+    a, b = nodes(batch)["logits"], nodes(permuted)["logits"]
+    for i, p in enumerate(perms):
+        torch.testing.assert_close(b[i, : p.numel()], a[i, p], rtol=1e-5, atol=1e-5)
+
+    for pooling, global_token in (("mean", False), ("cls", True)):
+        pooled = make_model(kernel, pooled=True, global_token=global_token, hops=2, positional="random_walk",
+                            pooling=pooling).eval()
+        torch.testing.assert_close(pooled(permuted)["logits"], pooled(batch)["logits"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["dense", "edge"])
+def test_one_attention_layer_equals_pyg_transformer_conv(kernel):
+    """The reference nobody here wrote: TransformerConv(root_weight=False, concat) on the adapter's edges."""
+    from torch_geometric.nn import TransformerConv
+
+    batch = batch_of()
+    adapter = GraphAdapter(DIM, F_NODE, 0, heads=HEADS, distance_bias=False)
+    tokens = adapter(batch["x"], batch["mask"], batch["edge_index"])
+    b, n = tokens.mask.shape
+    attn = MultiHeadAttention(DIM, HEADS)
+    conv = TransformerConv(DIM, DIM // HEADS, heads=HEADS, concat=True, root_weight=False)
+    with torch.no_grad():
+        for mine, theirs in ((attn.q_proj, conv.lin_query), (attn.k_proj, conv.lin_key), (attn.v_proj, conv.lin_value)):
+            theirs.weight.copy_(mine.weight)
+            theirs.bias.copy_(mine.bias)
+        attn.out_proj.weight.copy_(torch.eye(DIM))  # TransformerConv has no output projection
+        attn.out_proj.bias.zero_()
+    x = tokens.x.detach().clone().requires_grad_(True)
+    if kernel == "edge":
+        ours = attn(x, tokens.mask, edge_index=tokens.edge_index, kernel="edge")  # [B, N, D]
+    else:
+        dense = edges_to_dense(tokens.edge_index, None, b, n, HEADS, x.dtype)  # [B, N, N]
+        ours = attn(x, tokens.mask, dense, kernel="sdpa")
+    edges = tokens.edge_index
+    flat = x.reshape(-1, DIM)
+    theirs = conv(flat, edges).view_as(ours)
+    mask = tokens.mask
+    torch.testing.assert_close(ours[mask], theirs[mask], rtol=1e-5, atol=1e-5)
+    g_ours, = torch.autograd.grad(ours[mask].square().sum(), x)
+    g_theirs, = torch.autograd.grad(theirs[mask].square().sum(), x)
+    torch.testing.assert_close(g_ours, g_theirs, rtol=1e-4, atol=1e-5)
+
+
+def _reach_reference(n: int, edge_index: torch.Tensor, hops: int) -> torch.Tensor:
+    """``[n, n]`` hop distance (target, source) by breadth-first search; -1 = unreachable within hops."""
+    dist = torch.full((n, n), -1)
+    nbrs = {t: [] for t in range(n)}
+    for s, t in edge_index.t().tolist():
+        nbrs[t].append(s)  # t attends to s: walk backwards from the target
+    for t in range(n):
+        dist[t, t] = 0
+        frontier = [t]
+        for d in range(1, hops + 1):
+            nxt = []
+            for u in frontier:
+                for s in nbrs[u]:
+                    if dist[t, s] < 0:
+                        dist[t, s] = d
+                        nxt.append(s)
+            frontier = nxt
+    return dist
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_k_hop_edges_and_dense_mask_match_breadth_first_search(hops):
+    g = torch.Generator().manual_seed(3)
+    n = 10
+    edge_index = (torch.rand(n, n, generator=g) < 0.15).nonzero().t().flip(0)  # directed, [2, E]
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    mask = torch.ones(1, n, dtype=torch.bool)
+    edges, distance, position = k_hop_edges(edge_index, mask, hops)
+    ref = _reach_reference(n, edge_index, hops)
+    got = torch.full((n, n), -1)
+    got[edges[1], edges[0]] = distance
+    assert torch.equal(got, ref)
+    assert torch.equal(edges[:, position], edge_index)  # each input edge found where it landed
+
+    adapter = GraphAdapter(DIM, F_NODE, heads=HEADS, hops=hops)
+    tokens = adapter(torch.randn(1, n, F_NODE), mask, edge_index)
+    dense = edges_to_dense(tokens.edge_index, tokens.edge_bias, 1, n, HEADS, torch.float32)  # [1, H, n, n]
+    assert torch.equal(torch.isfinite(dense[0, 0]), ref >= 0)
+
+
+def test_k_hops_on_a_path_and_self_loops_only_for_real_nodes():
+    batch = collate_graphs([{"x": torch.randn(5, F_NODE), "edge_index": torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4],
+                                                                                     [1, 0, 2, 1, 3, 2, 4, 3]])},
+                            {"x": torch.randn(2, F_NODE), "edge_index": torch.zeros(2, 0, dtype=torch.long)}])
+    edges, distance, _ = k_hop_edges(batch["edge_index"], batch["mask"], hops=2)
+    seen = {(int(s), int(t)): int(d) for (s, t), d in zip(edges.t(), distance)}
+    assert {s for (s, t) in seen if t == 0} == {0, 1, 2}
+    assert {s for (s, t) in seen if t == 2} == {0, 1, 2, 3, 4}
+    assert seen[(4, 2)] == 2 and seen[(3, 2)] == 1 and seen[(2, 2)] == 0
+    assert {t for (s, t) in seen if t >= 5} == {5, 6}  # the second graph: its two self-loops, no padding
+    assert seen[(5, 5)] == 0 and seen[(6, 6)] == 0 and len([1 for (s, t) in seen if t >= 5]) == 2
+
+
+def _encoder(**kwargs) -> Encoder:
+    return Encoder(DIM, depth=1, heads=HEADS, dropout=0.0, positional="none", **kwargs)
+
+
+def test_dense_memory_estimate_error_before_allocating(monkeypatch):
+    batch = batch_of()
+    tokens = GraphAdapter(DIM, F_NODE, heads=HEADS)(batch["x"], batch["mask"], batch["edge_index"])
+    with pytest.raises(ValueError, match=r"graph_path='dense' needs about .* max_dense_bytes=1000"):
+        _encoder(graph_path="dense", max_dense_bytes=1000)(tokens)
+    auto = _encoder(graph_path="auto", max_dense_bytes=1000, dense_min_fill=0.0)
+    auto(tokens)
+    assert auto.last_graph_path == "edge"
+    roomy = _encoder(graph_path="auto", dense_min_fill=0.0)
+    roomy(tokens)
+    assert roomy.last_graph_path == "dense"
+    # 100k nodes and 1M edges as one dense block would need terabytes: auto goes to the edge kernel
+    assert choose_graph_path(1, 100_000, 1_100_000, heads=4, dim=64) == "edge"
+    # a graph whose attention cannot fit the free memory is refused before the allocation
+    monkeypatch.setattr(planning, "available_memory_bytes", lambda device: 10_000)
+    with pytest.raises(ValueError, match="is available on cpu"):
+        _encoder(graph_path="edge")(tokens)
+
+
+def test_auto_prefers_edge_for_sparse_blocks_and_dense_for_full_ones():
+    assert choose_graph_path(128, 25, 128 * 80, HEADS, DIM, dense_min_fill=0.15) == "edge"  # ~3 edges per atom
+    assert choose_graph_path(8, 10, 8 * 100, HEADS, DIM, dense_min_fill=0.15) == "dense"  # complete graphs
+
+
+def test_the_deprecated_adapter_kernel_still_picks_the_path():
+    batch = batch_of()
+    with pytest.warns(DeprecationWarning, match="model.graph_path=edge"):
+        adapter = GraphAdapter(DIM, F_NODE, heads=HEADS, kernel="edge")
+    encoder = _encoder(graph_path="dense")
+    encoder(adapter(batch["x"], batch["mask"], batch["edge_index"]))
+    assert encoder.last_graph_path == "edge"
+
+
+def test_bad_graph_inputs_are_named():
+    batch = batch_of()
+    adapter = GraphAdapter(DIM, F_NODE, F_EDGE, heads=HEADS)
+    cross = batch["edge_index"].clone()
+    cross[0, 0] = cross[1, 0] + batch["mask"].shape[1]  # source in the next graph
+    with pytest.raises(ValueError, match="different graphs"):
+        adapter(batch["x"], batch["mask"], cross, batch["edge_attr"])
+    with pytest.raises(ValueError, match="edge_attr must be"):
+        adapter(batch["x"], batch["mask"], batch["edge_index"], None)
+    pad = torch.tensor([[0], [8]])  # node 8 of graph 0 (7 nodes) is padding
+    with pytest.raises(ValueError, match="padding node"):
+        adapter(batch["x"], batch["mask"], pad, torch.zeros(1, F_EDGE))
+    with pytest.raises(ValueError, match="kernel='sparse'"):
+        GraphAdapter(DIM, F_NODE, kernel="sparse")
+    with pytest.raises(ValueError, match="pe must be"):
+        GraphAdapter(DIM, F_NODE, positional="laplacian", pe_dim=4)(batch["x"], batch["mask"], batch["edge_index"])
+
+
+def test_laplacian_pe_are_eigenvectors_and_signs_flip_in_training():
+    n = 12
+    ring = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+    ring = torch.cat([ring, ring.flip(0)], dim=1)
+    pe = laplacian_pe(ring, n, 4).double()  # [n, 4]
+    lap = torch.eye(n, dtype=torch.float64)
+    lap[ring[1], ring[0]] -= 0.5  # degree 2 everywhere
+    vals = (pe * (lap @ pe)).sum(0)
+    torch.testing.assert_close(lap @ pe, pe * vals, atol=1e-5, rtol=0)  # L v = λ v
+    torch.testing.assert_close(pe.t() @ pe, torch.eye(4, dtype=torch.float64), atol=1e-5, rtol=0)
+    assert vals.min() > 1e-3  # the trivial (constant) eigenvector is left out
+    # the sparse solver for large graphs finds the same eigenvalues
+    sparse = laplacian_pe(ring, n, 2, dense_limit=0).double()
+    sparse_vals = (sparse * (lap @ sparse)).sum(0)
+    torch.testing.assert_close(sparse_vals.sort().values, vals[:2].sort().values, atol=1e-4, rtol=0)
+
+    item = {"x": torch.randn(n, F_NODE), "edge_index": ring, "pe": pe.float()}
+    batch = collate_graphs([item])
+    adapter = GraphAdapter(DIM, F_NODE, heads=HEADS, positional="laplacian", pe_dim=4)
+    adapter.eval()
+    a = adapter(batch["x"], batch["mask"], batch["edge_index"], pe=batch["pe"]).x
+    assert torch.equal(a, adapter(batch["x"], batch["mask"], batch["edge_index"], pe=batch["pe"]).x)
+    adapter.train()
+    outs = {tuple(adapter(batch["x"], batch["mask"], batch["edge_index"], pe=batch["pe"]).x[0, 0].tolist())
+            for _ in range(8)}
+    assert len(outs) > 1  # random sign flips reach the node vectors
+
+
+def test_random_walk_pe_on_small_graphs():
+    square = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 0], [1, 0, 2, 1, 3, 2, 0, 3]])
+    pe = random_walk_pe(square, 4, 4)
+    torch.testing.assert_close(pe, torch.tensor([[0.0, 0.5, 0.0, 0.5]]).expand(4, 4))
+    star = torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]])
+    pe = random_walk_pe(star, 4, 2)
+    torch.testing.assert_close(pe[:, 1], torch.tensor([1.0, 1 / 3, 1 / 3, 1 / 3]))
+    # the sparse path for large graphs gives the same numbers
+    g = torch.Generator().manual_seed(0)
+    big = torch.randint(0, 2500, (2, 9000), generator=g)
+    big = big[:, big[0] != big[1]]
+    dense_pe = random_walk_pe(big[:, :3000] % 300, 300, 3)
+    assert dense_pe.shape == (300, 3)
+    sparse_pe = random_walk_pe(big, 2500, 3)
+    adj = torch.zeros(2500, 2500, dtype=torch.float64)
+    adj[big[0], big[1]] = 1
+    adj = ((adj + adj.t()) > 0).double()
+    walk = adj / adj.sum(1, keepdim=True).clamp_min(1)
+    torch.testing.assert_close(sparse_pe[:, 2], (walk @ walk @ walk).diagonal().float(), atol=1e-6, rtol=1e-5)
+
+
+def test_global_token_pads_edge_bias_with_zeros():
+    batch = batch_of()
+    adapter = GraphAdapter(DIM, F_NODE, F_EDGE, heads=HEADS)
+    tokens = adapter(batch["x"], batch["mask"], batch["edge_index"], batch["edge_attr"])
+    with_global = prepend_global_token(tokens, torch.zeros(DIM))
+    added = with_global.extra["global_edges"]
+    assert with_global.edge_bias.shape == (tokens.edge_bias.shape[0] + added, HEADS)
+    assert torch.equal(with_global.edge_bias[: tokens.edge_bias.shape[0]], tokens.edge_bias)
+    assert not with_global.edge_bias[tokens.edge_bias.shape[0]:].any()
+    with pytest.raises(ValueError, match="edge_bias must be"):
+        Tokens(x=tokens.x, edge_index=tokens.edge_index, edge_bias=tokens.edge_bias[:-1])
+
+
+def test_collate_graphs_pads_and_offsets():
+    a = {"x": torch.ones(2, 3), "edge_index": torch.tensor([[0], [1]]), "ids": "a", "targets": torch.tensor([1.0])}
+    b = {"x": torch.ones(3, 3), "edge_index": torch.tensor([[2], [0]]), "ids": "b", "targets": torch.tensor([2.0])}
+    batch = collate_graphs([a, b])
+    assert batch["x"].shape == (2, 3, 3) and batch["mask"].tolist() == [[True, True, False], [True, True, True]]
+    assert batch["edge_index"].tolist() == [[0, 5], [1, 3]]
+    assert batch["ids"] == ["a", "b"] and batch["targets"].tolist() == [[1.0], [2.0]]

@@ -1,0 +1,236 @@
+"""Molecule data: featurisation, custom SMILES CSV (bad SMILES, missing targets), splits, cache, MoleculeNet offline."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqattn.datakit.splits import split_indices
+from seqattn.modalities.graph import molecule_data as data_mod
+from seqattn.modalities.graph import molecules as mol_mod
+from seqattn.modalities.graph.molecule_data import MoleculeDataModule
+from seqattn.modalities.graph.molecules import (
+    ATOM_FEATURES,
+    BOND_FEATURES,
+    DEGREES,
+    ELEMENTS,
+    read_smiles_table,
+    smiles_to_graph,
+)
+from seqattn.modalities.graph.positional import graph_positional_encoding
+
+# offsets of the one-hot groups in the atom vector
+E0 = 0
+D0 = E0 + len(ELEMENTS) + 1
+C0 = D0 + len(DEGREES) + 1
+H0 = C0 + len(mol_mod.CHARGES) + 1
+AROM, RING = ATOM_FEATURES - 2, ATOM_FEATURES - 1
+
+
+def test_atom_and_bond_features():
+    g = smiles_to_graph("CC(=O)[O-]")  # acetate
+    x = g["x"]
+    assert x.shape == (4, ATOM_FEATURES) and torch.equal(x.sum(1), torch.full((4,), 4.0))  # 4 one-hots, no flags
+    assert x[0, E0 + ELEMENTS.index("C")] == 1 and x[2, E0 + ELEMENTS.index("O")] == 1
+    assert x[1, D0 + 3] == 1  # the carboxyl carbon has 3 neighbours
+    assert x[0, H0 + 3] == 1  # CH3
+    assert x[3, C0 + mol_mod.CHARGES.index(-1)] == 1  # O-
+    assert g["edge_index"].shape == (2, 6) and g["edge_attr"].shape == (6, BOND_FEATURES)
+    double = (g["edge_index"][0] == 1) & (g["edge_index"][1] == 2)
+    assert g["edge_attr"][double].tolist() == [[0, 1, 0, 0, 1, 0]]  # double, conjugated, not in a ring
+    # both directions of every bond, same features
+    rev = {(int(s), int(t)): g["edge_attr"][k].tolist() for k, (s, t) in enumerate(g["edge_index"].t())}
+    assert all(rev[(t, s)] == feat for (s, t), feat in rev.items())
+
+    benzene = smiles_to_graph("c1ccccc1")
+    assert benzene["x"][:, AROM].all() and benzene["x"][:, RING].all()
+    assert (benzene["edge_attr"][:, 3] == 1).all() and (benzene["edge_attr"][:, 5] == 1).all()  # aromatic, ring
+    assert smiles_to_graph("[Zr]")["x"][0, E0 + len(ELEMENTS)] == 1  # an element outside the list -> "other"
+    assert smiles_to_graph("C1CC(") is None and smiles_to_graph("") is None
+
+
+def _write_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "mols.csv"
+    path.write_text(
+        "name,smiles,logS,active\n"
+        "ethanol,CCO,0.5,1\n"
+        "benzene,c1ccccc1,-1.6,0\n"
+        "broken,C1CC(,1.0,1\n"  # line 4: not a molecule
+        "acid,CC(=O)O,,0\n"  # line 5: logS missing
+        "phenol,Oc1ccccc1,-0.04,\n"  # line 6: active missing
+        + "".join(f"m{i},{'C' * (i % 7 + 1)}O,{i / 10},{i % 2}\n" for i in range(25))
+    )
+    return path
+
+
+def _dm(path, tmp_path, **kw) -> MoleculeDataModule:
+    kw.setdefault("cache", False)
+    return MoleculeDataModule(source="csv", path=str(path), target_columns=["logS", "active"],
+                              target_kinds=["regression", "classification"], id_column="name",
+                              data_dir=str(tmp_path / "cache"), batch_size=8, **kw)
+
+
+def test_custom_csv_bad_smiles_stops_with_file_and_line_by_default(tmp_path):
+    path = _write_csv(tmp_path)
+    with pytest.raises(ValueError, match=rf"1 SMILES could not be parsed[\s\S]*mols.csv:4: 'C1CC\('[\s\S]*skip_invalid"):
+        _dm(path, tmp_path).setup()
+
+
+def test_custom_csv_skips_and_counts_when_allowed_and_masks_missing_targets(tmp_path):
+    path = _write_csv(tmp_path)
+    dm = _dm(path, tmp_path, skip_invalid=True, val_fraction=0.0, test_fraction=0.0)
+    dm.setup()
+    assert len(dm.invalid) == 1 and dm.invalid[0].endswith("mols.csv:4: 'C1CC('")
+    graphs = {g["ids"]: g for g in dm.datasets["train"].graphs}
+    assert len(graphs) == 29 and "broken" not in graphs
+    assert math.isnan(graphs["acid"]["targets"][0]) and graphs["acid"]["targets"][1] == 0
+    assert math.isnan(graphs["phenol"]["targets"][1])
+    assert dm.num_outputs == 2 and dm.label_names == ["logS", "active"]
+    # training statistics ignore the missing labels; classification columns are not standardised
+    ys = torch.stack([g["targets"] for g in graphs.values()])[:, 0]
+    assert dm.target_mean[0] == pytest.approx(float(ys[~ys.isnan()].mean()), rel=1e-5)
+    assert dm.target_mean[1] == 0.0 and dm.target_std[1] == 1.0
+    spec = dm.spec()
+    assert list(spec.target_kinds) == ["regression", "classification"]
+    assert spec.sizes == {"node_features": ATOM_FEATURES, "edge_features": BOND_FEATURES}
+
+    # the missing labels are masked out of the objective's loss (finite, and equal to the present-only loss)
+    from seqattn.objectives import PropertyPrediction
+
+    net = {"_target_": "seqattn.model.network.SequenceModel",
+           "adapter": {"_target_": "seqattn.modalities.graph.adapter.GraphAdapter", "dim": 16, "heads": 2},
+           "encoder": {"_target_": "seqattn.core.Encoder", "dim": 16, "depth": 1, "heads": 2, "positional": "none"},
+           "head": {"_target_": "seqattn.model.heads.PooledHead", "dim": 16}}
+    model = PropertyPrediction(net=net, spec=spec)  # sizes, targets and their statistics from the data
+    assert model.net.adapter.edge_features == BOND_FEATURES and model.kinds == ["regression", "classification"]
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["targets"].shape == (8, 2)
+    full = next(b for b in dm.train_dataloader() if b["targets"].isnan().any())
+    out = model(full)
+    loss = model.loss(out, full)
+    assert torch.isfinite(loss)
+    present = ~full["targets"].isnan()
+    assert present.sum() < present.numel()
+
+
+def test_csv_errors_name_file_line_and_columns(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("smiles,y\nCCO,1.0\nCCN,abc\n")
+    with pytest.raises(ValueError, match=r"bad.csv:3: target 'y' = 'abc' is not a number"):
+        read_smiles_table(path, "smiles", ["y"])
+    with pytest.raises(ValueError, match=r"missing \['logP'\] \(header: \['smiles', 'y'\]\)"):
+        read_smiles_table(path, "smiles", ["logP"])
+    path.write_text("smiles,y\nCCO,2\n")
+    with pytest.raises(ValueError, match="bad.csv:2: classification target 'y' must be 0 or 1"):
+        read_smiles_table(path, "smiles", ["y"], ["classification"])
+    with pytest.raises(ValueError, match="needs target_columns"):
+        MoleculeDataModule(source="csv", path=str(path))
+    with pytest.raises(ValueError, match="split='stratified'"):
+        MoleculeDataModule(split="stratified")
+
+
+def test_builtin_nci_tpsa_reads_the_shipped_file_and_reports_its_invalid_smiles(tmp_path):
+    dm = MoleculeDataModule(data_dir=str(tmp_path), limit=300, positional="random_walk", pe_dim=4)
+    dm.setup()
+    sizes = {k: len(v) for k, v in dm.datasets.items()}
+    assert sum(sizes.values()) == 300 and sizes["test"] == 30 and sizes["val"] == 30
+    g = dm.datasets["train"][0]
+    torch.testing.assert_close(g["pe"], graph_positional_encoding("random_walk", g["edge_index"], g["x"].shape[0], 4))
+    assert dm.label_names == ["tpsa"] and 0 < dm.target_mean[0] < 200
+    # the full file: 4,999 molecules, 8 of which RDKit rejects; for the built-in file they are skipped and counted
+    records = read_smiles_table(mol_mod.nci_tpsa_path(), "smiles", ["tpsa"], header=False, names=["smiles", "tpsa"])
+    assert len(records) == 4999
+    with pytest.raises(ValueError, match="8 SMILES could not be parsed"):
+        mol_mod.featurize_records(records[2090:4800], skip_invalid=False)
+
+
+def test_graphs_and_encodings_are_cached_once(tmp_path, monkeypatch):
+    path = _write_csv(tmp_path)
+    first = _dm(path, tmp_path, skip_invalid=True, cache=True, positional="laplacian", pe_dim=3)
+    first.setup()
+    files = list((tmp_path / "cache" / "molecules").glob("*.pt"))
+    assert len(files) == 1
+
+    def boom(*args, **kwargs):
+        raise AssertionError("featurised again instead of reading the cache")
+
+    monkeypatch.setattr(data_mod, "featurize_records", boom)
+    second = _dm(path, tmp_path, skip_invalid=True, cache=True, positional="laplacian", pe_dim=3)
+    second.setup()
+    assert second.invalid == first.invalid
+    a, b = first.datasets["train"][3], second.datasets["train"][3]
+    assert a["ids"] == b["ids"] and torch.equal(a["pe"], b["pe"]) and torch.equal(a["edge_index"], b["edge_index"])
+
+
+def test_random_and_scaffold_splits():
+    parts = split_indices(100, 0.1, 0.2, seed=3)
+    assert sorted(parts["train"] + parts["val"] + parts["test"]) == list(range(100))
+    assert (len(parts["val"]), len(parts["test"])) == (10, 20) and parts == split_indices(100, 0.1, 0.2, seed=3)
+    scaffolds = ["a"] * 50 + ["b"] * 20 + ["c"] * 10 + [f"s{i}" for i in range(20)]
+    parts = split_indices(len(scaffolds), 0.1, 0.1, seed=0, groups=scaffolds, group_order="largest_first")
+    where = {i: name for name, idx in parts.items() for i in idx}
+    for s in set(scaffolds):
+        assert len({where[i] for i, t in enumerate(scaffolds) if t == s}) == 1  # a scaffold stays in one split
+    assert len(parts["train"]) == 80 and len(parts["val"]) == 10 and len(parts["test"]) == 10
+
+
+def test_scaffold_split_of_real_molecules(tmp_path):
+    path = tmp_path / "s.csv"
+    smiles = ["c1ccccc1C", "c1ccccc1CC", "c1ccccc1O", "C1CCCCC1N", "C1CCCCC1O", "c1ccncc1C", "CCO", "CCN",
+              "c1ccc2ccccc2c1", "C1CC1C", "O=C1CCCN1", "c1ccoc1"]
+    path.write_text("smiles,y\n" + "".join(f"{s},{i}\n" for i, s in enumerate(smiles)))
+    dm = MoleculeDataModule(source="csv", path=str(path), target_columns=["y"], split="scaffold", cache=False,
+                            val_fraction=0.2, test_fraction=0.2, data_dir=str(tmp_path))
+    dm.setup()
+    split_of = {g["smiles"]: name for name, ds in dm.datasets.items() for g in ds.graphs}
+    assert len(split_of) == len(smiles)
+    benzenes = {split_of[s] for s in smiles[:3]}
+    assert len(benzenes) == 1  # the three benzene derivatives share the scaffold c1ccccc1
+
+
+def test_moleculenet_offline_error_names_the_file_and_a_placed_file_works(tmp_path, monkeypatch):
+    from torch_geometric.datasets import MoleculeNet
+
+    def offline(self):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(MoleculeNet, "download", offline)
+    root = tmp_path / "data"
+    raw = root / "moleculenet" / "esol" / "raw" / "delaney-processed.csv"
+    dm = MoleculeDataModule(source="moleculenet", moleculenet="esol", data_dir=str(root), cache=False)
+    with pytest.raises(ValueError, match=r"could not download MoleculeNet 'esol' from https://\S+delaney-processed.csv"
+                                         rf"[\s\S]*Place the file there by hand: {raw}"):
+        dm.prepare_data()
+    # placed by hand (same columns as the real file) -> it is read, targets from PyG's table, sha256 recorded
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    header = "Compound ID,ESOL predicted log solubility,Minimum Degree,Molecular Weight,Number of H-Bond Donors," \
+             "Number of Rings,Number of Rotatable Bonds,Polar Surface Area,measured log solubility,smiles\n"
+    rows = "".join(f"m{i},0,1,46,1,0,0,20,{-i / 10},{'C' * (i % 5 + 1)}O\n" for i in range(20))
+    raw.write_text(header + rows)
+    dm.prepare_data()
+    dm.setup()
+    assert dm.label_names == ["measured log solubility"] and dm.target_kinds == ["regression"]
+    assert sum(len(d) for d in dm.datasets.values()) == 20
+    assert raw.with_name(raw.name + ".sha256").is_file()
+    raw.write_text(header + rows[: len(rows) // 2])
+    with pytest.raises(ValueError, match="does not match the expected"):
+        MoleculeDataModule(source="moleculenet", moleculenet="esol", data_dir=str(root)).prepare_data()
+
+
+def test_predict_loader_needs_no_setup_and_reads_csv_and_smi(tmp_path):
+    csv_path = tmp_path / "in.csv"
+    csv_path.write_text("smiles,other\nCCO,x\nc1ccccc1,y\n")
+    smi = tmp_path / "in.smi"
+    smi.write_text("CCO ethanol\nc1ccccc1\n")
+    dm = MoleculeDataModule(positional="random_walk", pe_dim=4, batch_size=8)
+    batch = next(iter(dm.predict_loader(csv_path)))
+    assert batch["x"].shape == (2, 6, ATOM_FEATURES) and batch["pe"].shape == (2, 6, 4)
+    assert "targets" not in batch and batch["ids"] == ["CCO", "c1ccccc1"]
+    assert next(iter(dm.predict_loader(smi)))["ids"] == ["ethanol", "c1ccccc1"]
+    bad = tmp_path / "bad.smi"
+    bad.write_text("CCO\nC1CC(\n")
+    with pytest.raises(ValueError, match=r"bad.smi:2: 'C1CC\('"):
+        dm.predict_loader(bad)

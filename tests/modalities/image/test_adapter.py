@@ -1,0 +1,185 @@
+"""ImageAdapter: tokens per pixel / patch, 2-D positions, local windows, padding invariance."""
+
+import pytest
+import torch
+
+from seqattn.modalities.image.adapter import ImageAdapter, sinusoidal_2d_table
+from seqattn.core import Encoder
+from seqattn.core.masks import grid_window_mask
+from seqattn.model.heads import PooledHead
+from seqattn.model.network import SequenceModel
+
+
+def _model(dim=16, pooling="mean", encoder=None, **adapter_kwargs):
+    adapter = ImageAdapter(dim, **adapter_kwargs)
+    encoder = encoder or Encoder(dim, depth=2, heads=2, dropout=0.0, positional="none")
+    return SequenceModel(adapter, encoder, PooledHead(dim, 3, pooling=pooling, dropout=0.0)).eval()
+
+
+def test_pixels_become_hw_tokens_of_three_values():
+    adapter = ImageAdapter(8, positional="none", mean=None, std=None)
+    images = torch.rand(2, 3, 5, 10)  # the seed's 5×10 RGB image
+    tokens = adapter(images)
+    assert tokens.x.shape == (2, 50, 8) and tokens.mask is None and tokens.grid == (5, 10)
+    # token r*W + c is the projection of pixel (r, c)'s three channel values
+    expected = adapter.proj(images[1, :, 3, 7])
+    torch.testing.assert_close(tokens.x[1, 3 * 10 + 7], expected)
+
+
+def test_patches_are_p_by_p_by_3_vectors():
+    adapter = ImageAdapter(8, mode="patches", patch_size=4, positional="none", mean=None, std=None)
+    images = torch.rand(1, 3, 8, 12)
+    tokens = adapter(images)
+    assert tokens.x.shape == (1, 6, 8) and tokens.grid == (2, 3)
+    patch = images[0, :, 4:8, 8:12].reshape(-1)  # patch (1, 2) as C·p·p values, channel-major
+    torch.testing.assert_close(tokens.x[0, 1 * 3 + 2], adapter.proj(patch))
+
+
+def test_grayscale_is_expanded_to_three_channels():
+    adapter = ImageAdapter(8)
+    gray = torch.rand(2, 1, 4, 4)
+    torch.testing.assert_close(adapter(gray).x, adapter(gray.expand(2, 3, 4, 4)).x)
+    with pytest.raises(ValueError, match="2 channels"):
+        adapter(torch.rand(2, 2, 4, 4))
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="mode"):
+        ImageAdapter(8, mode="voxels")
+    with pytest.raises(ValueError, match="positional"):
+        ImageAdapter(8, positional="sinusoidal")
+    with pytest.raises(ValueError, match="odd"):
+        ImageAdapter(8, window=4)
+    with pytest.raises(ValueError, match="normalize"):
+        ImageAdapter(8, normalize="batch")
+    with pytest.raises(ValueError, match="divisible by 4"):
+        ImageAdapter(6)
+    with pytest.raises(ValueError, match="grid"):
+        ImageAdapter(8, positional="learned2d")
+    with pytest.raises(ValueError, match=r"\[B, C, H, W\]"):
+        ImageAdapter(8)(torch.rand(3, 4, 4))
+
+
+def test_per_image_normalisation_ignores_colour_offsets_and_padding():
+    adapter = ImageAdapter(8, normalize="image", positional="none")
+    images = torch.rand(1, 3, 5, 5)
+    shifted = images * 0.5 + torch.tensor([0.3, 0.1, 0.2])[None, :, None, None]  # another colour, less contrast
+    torch.testing.assert_close(adapter(images).x, adapter(shifted).x, atol=2e-3, rtol=1e-3)
+
+
+def test_sinusoidal_2d_table_splits_rows_and_columns():
+    table = sinusoidal_2d_table(3, 4, 8).view(3, 4, 8)
+    assert torch.equal(table[1, 0, :4], table[1, 3, :4])  # same row -> same row half
+    assert torch.equal(table[0, 2, 4:], table[2, 2, 4:])  # same column -> same column half
+    assert not torch.equal(table[0, 0], table[0, 1])
+
+
+def test_window_gives_the_grid_mask_and_restricts_the_receptive_field():
+    model = _model(window=3, encoder=Encoder(16, depth=1, heads=2, dropout=0.0, positional="none"))
+    images = torch.rand(1, 3, 6, 6)
+    tokens = model.adapter(images)
+    assert torch.equal(tokens.attn_mask, grid_window_mask(6, 6, 3))
+    changed = images.clone()
+    changed[0, :, 0, 0] = torch.rand(3)  # one corner pixel
+    a, b = (model.encoder(model.adapter(x)) for x in (images, changed))
+    moved = ((a - b).abs().sum(-1)[0] > 1e-6).view(6, 6)
+    expected = torch.zeros(6, 6, dtype=torch.bool)
+    expected[:2, :2] = True  # one layer: only the corner's 3×3 neighbourhood sees it
+    assert torch.equal(moved, expected)
+
+
+def _tokens_on_grid(out, grid, size):
+    """Encoder output [1, h·w, D] on a padded grid -> the real (h, w) block, flattened."""
+    h, w = grid
+    real_h, real_w = size
+    return out.view(1, h, w, -1)[:, :real_h, :real_w].reshape(1, real_h * real_w, -1)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"positional": "sinusoidal2d"},
+    {"positional": "sinusoidal2d", "window": 3},
+    {"positional": "none", "pooling": "attention"},
+    {"positional": "sinusoidal2d", "pooling": "cls"},
+    {"positional": "sinusoidal2d", "mode": "patches", "patch_size": 2},
+    {"positional": "sinusoidal2d", "mode": "patches", "patch_size": 3, "normalize": "image"},
+])
+def test_padded_mixed_size_batch_equals_each_image_alone(kwargs):
+    pooling = kwargs.pop("pooling", "mean")
+    model = _model(pooling=pooling, **kwargs)
+    sizes = [(7, 5), (4, 8), (8, 8)] if kwargs.get("patch_size") != 3 else [(7, 5), (4, 8), (9, 9)]
+    alone = [torch.rand(1, 3, h, w) for h, w in sizes]
+    side = max(max(s) for s in sizes)
+    batch = torch.zeros(3, 3, side, side)
+    pixel_mask = torch.zeros(3, side, side, dtype=torch.bool)
+    for i, (img, (h, w)) in enumerate(zip(alone, sizes)):
+        batch[i, :, :h, :w] = img[0]
+        batch[i, :, h:, :] = torch.rand(3, side - h, side)  # garbage in the padding must not matter
+        pixel_mask[i, :h, :w] = True
+    with torch.no_grad():
+        batched = model({"images": batch, "pixel_mask": pixel_mask})["logits"]
+        single = torch.cat([model({"images": img, "pixel_mask": None})["logits"] for img in alone])
+    torch.testing.assert_close(batched, single, atol=1e-5, rtol=1e-5)
+    if pooling == "mean":  # also token by token on the real pixels / patches
+        p = kwargs.get("patch_size", 1)
+        tokens = model.adapter(batch, pixel_mask)
+        enc = model.encoder(tokens)
+        for i, (img, (h, w)) in enumerate(zip(alone, sizes)):
+            t_alone = model.adapter(img)
+            real = (-(-h // p), -(-w // p))
+            torch.testing.assert_close(_tokens_on_grid(enc[i:i + 1], tokens.grid, real),
+                                       model.encoder(t_alone), atol=1e-5, rtol=1e-5)
+
+
+def test_2d_positions_make_the_model_sensitive_to_pixel_order():
+    torch.manual_seed(1)
+    images = torch.rand(2, 3, 6, 6)
+    perm = torch.randperm(36)
+    shuffled = images.flatten(2)[:, :, perm].view(2, 3, 6, 6)  # the same pixels, moved
+
+    without = _model(positional="none")
+    with torch.no_grad():
+        tokens = without.adapter(images)
+        out = without.encoder(tokens)
+        out_shuffled = without.encoder(without.adapter(shuffled))
+        # no position: the encoder is permutation-equivariant, the pooled prediction invariant
+        torch.testing.assert_close(out_shuffled, out[:, perm], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(without({"images": shuffled, "pixel_mask": None})["logits"],
+                                   without({"images": images, "pixel_mask": None})["logits"], atol=1e-5, rtol=1e-5)
+
+    for positional in ("sinusoidal2d", "learned2d"):
+        model = _model(positional=positional, grid=(6, 6))
+        model.adapter.proj.load_state_dict(without.adapter.proj.state_dict())
+        model.encoder.load_state_dict(without.encoder.state_dict())
+        model.head.load_state_dict(without.head.state_dict())
+        with torch.no_grad():
+            out = model.encoder(model.adapter(images))
+            out_shuffled = model.encoder(model.adapter(shuffled))
+            logits = model({"images": images, "pixel_mask": None})["logits"]
+            logits_shuffled = model({"images": shuffled, "pixel_mask": None})["logits"]
+        assert (out_shuffled - out[:, perm]).abs().max() > 1e-3, positional
+        assert (logits_shuffled - logits).abs().max() > 1e-4, positional
+
+
+def test_learned_2d_grid_mismatch_is_a_clear_error_or_interpolated_on_request():
+    adapter = ImageAdapter(8, positional="learned2d", image_size=16, mode="patches", patch_size=4)
+    assert adapter.grid == (4, 4)
+    assert adapter(torch.rand(1, 3, 16, 16)).x.shape == (1, 16, 8)
+    with pytest.raises(ValueError, match=r"4×4 token grid.*6×5 grid"):
+        adapter(torch.rand(1, 3, 24, 20))
+    adapter.interpolate = True
+    tokens = adapter(torch.rand(1, 3, 24, 20))
+    assert tokens.x.shape == (1, 30, 8) and tokens.grid == (6, 5)
+    # interpolating to the training grid is the identity
+    same = ImageAdapter(8, positional="learned2d", grid=(3, 3), interpolate=True)
+    same.pos_table.data.copy_(adapter.pos_table.data[:, :3, :3])
+    x = torch.rand(1, 3, 3, 3)
+    same.interpolate = False
+    exact = same(x).x
+    same.interpolate = True
+    torch.testing.assert_close(same(x).x, exact)
+
+
+def test_gradients_reach_the_learned_positions():
+    adapter = ImageAdapter(8, positional="learned2d", grid=(4, 4))
+    adapter(torch.rand(2, 3, 4, 4)).x.sum().backward()
+    assert adapter.pos_table.grad is not None and adapter.pos_table.grad.abs().sum() > 0

@@ -1,0 +1,176 @@
+"""Text adapter: tokenizer, vocabulary, the three embeddings, padded-batch invariance."""
+
+import logging
+
+import pytest
+import torch
+
+from seqattn.modalities.text.adapter import TextAdapter
+from seqattn.modalities.text.vocab import PAD, UNK, UNK_INDEX, Vocabulary, read_word_vectors, tokenize
+from seqattn.core import Encoder
+from seqattn.model.heads import TokenHead
+from seqattn.model.network import SequenceModel
+
+SENTENCES = [["I", "saw", "a", "saw"], ["they", "can", "fish"], ["a", "saw", "can", "fly", "."]]
+
+
+def test_tokenize_splits_words_and_punctuation():
+    assert tokenize("Not bad, but boring!") == ["Not", "bad", ",", "but", "boring", "!"]
+    assert tokenize("Don't re-read it.", lowercase=True) == ["don't", "re-read", "it", "."]
+    with pytest.raises(ValueError, match="expects a str"):
+        tokenize(["a"])
+
+
+def test_vocabulary_counts_min_freq_max_size_and_round_trips():
+    vocab = Vocabulary.build(SENTENCES, lowercase=True)
+    words = vocab.to_list()
+    assert words[:2] == [PAD, UNK]
+    assert words[2:5] == ["saw", "a", "can"]  # by frequency (3, 2, 2), ties alphabetical
+    assert Vocabulary(words).encode(["saw", "zebra"]) == [2, UNK_INDEX]
+    assert Vocabulary.build(SENTENCES, min_freq=2, lowercase=True).to_list() == [PAD, UNK, "saw", "a", "can"]
+    assert len(Vocabulary.build(SENTENCES, max_size=1)) == 3
+    cased = Vocabulary.build(SENTENCES, lowercase=False)
+    assert "I" in cased and "i" not in cased
+    with pytest.raises(ValueError, match="must start"):
+        Vocabulary(["a", "b"])
+    with pytest.raises(ValueError, match="twice"):
+        Vocabulary([PAD, UNK, "a", "a"])
+    with pytest.raises(ValueError, match="min_freq"):
+        Vocabulary.build(SENTENCES, min_freq=0)
+
+
+def _adapter(**kwargs):
+    vocab = Vocabulary.build(SENTENCES, lowercase=True).to_list()
+    return TextAdapter(16, vocab, lowercase=True, **kwargs)
+
+
+def test_adapter_returns_tokens_with_mask_ids_and_alignment():
+    adapter = _adapter().eval()
+    tokens = adapter([["I", "saw", "a", "Zebra"], ["fish"]])
+    assert tokens.x.shape == (2, 4, 16)
+    assert tokens.mask.tolist() == [[True] * 4, [True, False, False, False]]
+    ids = tokens.extra["ids"]
+    assert ids[0, 3] == UNK_INDEX and ids[1, 1:].tolist() == [0, 0, 0]
+    assert tokens.extra["word_index"].tolist() == [[0, 1, 2, 3], [0, -1, -1, -1]]
+    assert (tokens.x[1, 1:] == 0).all()  # padding is zero
+    with pytest.raises(ValueError, match="list of sentences"):
+        adapter("I saw a saw")
+    with pytest.raises(ValueError, match="words\\[0\\]"):
+        adapter(["I saw"])
+
+
+def test_unknown_words_and_case_map_like_the_vocabulary():
+    adapter = _adapter().eval()
+    a = adapter([["SAW", "quokka"]]).x
+    b = adapter([["saw", "wombat"]]).x
+    torch.testing.assert_close(a, b)  # lowercased; two unknown words share <unk>
+
+
+@pytest.mark.parametrize("embedding", ["learned", "onehot"])
+def test_padded_batch_gives_each_sentence_the_output_it_has_alone(embedding):
+    """Adapter + encoder + head: a sentence's logits do not depend on the other sentences of its batch."""
+    torch.manual_seed(0)
+    adapter = _adapter(embedding=embedding, dropout=0.1)
+    model = SequenceModel(adapter, Encoder(16, depth=2, heads=2), TokenHead(16, 5)).eval()
+    batch = model({"words": SENTENCES})["logits"]  # [3, 5, 5]
+    for i, sentence in enumerate(SENTENCES):
+        alone = model({"words": [sentence]})["logits"]  # [1, n, 5]
+        torch.testing.assert_close(batch[i, : len(sentence)], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_onehot_vectors_are_fixed_and_projected():
+    adapter = _adapter(embedding="onehot").eval()
+    assert adapter.table is None
+    assert [name for name, _ in adapter.named_parameters()] == ["proj.weight", "proj.bias"]  # nothing else trains
+    vocab = adapter.vocab
+    x = adapter([["saw", "fish"]]).x[0]  # [2, 16]
+    expected = adapter.proj.weight[:, [vocab.index["saw"], vocab.index["fish"]]].t() + adapter.proj.bias
+    torch.testing.assert_close(x, expected)  # Linear(one-hot e_i) = column i + bias
+    with pytest.raises(ValueError, match="freeze"):
+        _adapter(embedding="onehot", freeze=True)
+
+
+def test_learned_table_trains_and_freeze_keeps_it_fixed():
+    for freeze in (False, True):
+        adapter = _adapter(freeze=freeze, embedding_dim=8)
+        assert isinstance(adapter.proj, torch.nn.Linear)  # 8 -> 16
+        before = adapter.table.weight.detach().clone()
+        optimizer = torch.optim.SGD([p for p in adapter.parameters() if p.requires_grad], lr=0.5)
+        adapter(SENTENCES).x.pow(2).sum().backward()
+        optimizer.step()
+        changed = not torch.equal(before, adapter.table.weight)
+        assert changed != freeze
+        assert adapter.table.weight.requires_grad != freeze
+
+
+def _vector_file(path, header=True):
+    lines = ["3 4"] if header else []
+    lines += ["saw 1 0 0 0", "fish 0 1 0 0", "Can 0 0 1 0"]  # "Can" is not the vocabulary's "can"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_pretrained_vectors_are_loaded_missing_words_counted(tmp_path, caplog, header):
+    path = _vector_file(tmp_path / "vec.txt", header)
+    vectors, dim = read_word_vectors(path)
+    assert dim == 4 and set(vectors) == {"saw", "fish", "Can"}
+    with caplog.at_level(logging.INFO, logger="seqattn.modalities.text"):
+        adapter = _adapter(embedding="pretrained", pretrained_path=str(path), freeze=True)
+    vocab = adapter.vocab
+    assert adapter.table.weight.shape == (len(vocab), 4)
+    torch.testing.assert_close(adapter.table.weight[vocab.index["saw"]], torch.tensor([1.0, 0, 0, 0]))
+    torch.testing.assert_close(adapter.table.weight[vocab.index["fish"]], torch.tensor([0.0, 1, 0, 0]))
+    assert adapter.missing_words == len(vocab) - 2 - 2  # every word but saw and fish
+    assert f"{adapter.missing_words} missing" in caplog.text
+    assert not adapter.table.weight.requires_grad  # freeze
+    assert adapter(SENTENCES).x.shape == (3, 5, 16)  # 4 -> 16 by the projection
+
+
+def test_pretrained_errors_name_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("saw 1 0 0\nfish 0 1\n")
+    with pytest.raises(ValueError, match="bad.txt:2"):
+        read_word_vectors(bad)
+    with pytest.raises(ValueError, match="does not exist"):
+        _adapter(embedding="pretrained", pretrained_path=str(tmp_path / "missing.txt"))
+    with pytest.raises(ValueError, match="pretrained_path"):
+        _adapter(embedding="pretrained")
+    with pytest.raises(ValueError, match="embedding_dim=5"):
+        _adapter(embedding="pretrained", pretrained_path=str(_vector_file(tmp_path / "v.txt")), embedding_dim=5)
+    # a checkpoint whose vector file is gone still builds when the width is given
+    assert _adapter(embedding="pretrained", pretrained_path=str(tmp_path / "gone.txt"),
+                    embedding_dim=4).table.weight.shape[1] == 4
+
+
+def test_bad_arguments_are_value_errors():
+    vocab = Vocabulary.build(SENTENCES).to_list()
+    with pytest.raises(ValueError, match="vocab"):
+        TextAdapter(16, None)
+    with pytest.raises(ValueError, match="embedding='glove'"):
+        TextAdapter(16, vocab, embedding="glove")
+    with pytest.raises(ValueError, match="word_dropout"):
+        TextAdapter(16, vocab, word_dropout=1.0)
+
+
+def test_word_dropout_only_in_training():
+    adapter = _adapter(word_dropout=0.5)
+    adapter.eval()
+    torch.testing.assert_close(adapter(SENTENCES).x, adapter(SENTENCES).x)
+    adapter.train()
+    torch.manual_seed(0)
+    assert not torch.equal(adapter(SENTENCES * 5).x, adapter.eval()(SENTENCES * 5).x)
+
+
+def test_ids_entry_point_for_export_equals_the_words_path():
+    adapter = _adapter().eval()
+    words = [["the", "dog", "saw", "a", "saw"], ["dogs", "run"]]
+    batch = adapter.export_inputs_from({"words": words})
+    assert batch["ids"].dtype == torch.long and batch["mask"].tolist()[1] == [True, True, False, False, False]
+    by_words, by_ids = adapter(words), adapter(ids=batch["ids"], mask=batch["mask"])
+    torch.testing.assert_close(by_ids.x, by_words.x)
+    assert torch.equal(by_ids.mask, by_words.mask)
+    with pytest.raises(ValueError, match="needs words, or ids"):
+        adapter(ids=batch["ids"])
+    with pytest.raises(ValueError, match="bool mask of the same shape"):
+        adapter(ids=batch["ids"], mask=batch["mask"][:, :2])
