@@ -88,3 +88,60 @@ def test_weight_decay_only_on_weight_matrices():
     assert not names["net.encoder.positional.weight"]  # a learned positional table is not shrunk to zero
     optimizer = model.configure_optimizers()
     assert {g["weight_decay"] for g in optimizer.param_groups} == {0.0, 0.05}
+
+
+def _trainer():
+    import lightning as L
+
+    return L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+
+
+def test_epoch_loss_is_a_mean_over_labeled_tokens_not_sequences():
+    """Two batches with 2 and 8 labeled tokens: the epoch val/loss weights them 2:8."""
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    model = SequenceLabeling(net=NET, labels=["a", "b", "c"]).eval()
+    few = _batch()
+    few["labels"] = torch.tensor([[0, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX], [2, IGNORE_INDEX] + [IGNORE_INDEX] * 2])
+    many = _batch()
+    many["labels"] = torch.tensor([[0, 1, 2, 1], [2, 2, 1, 0]])
+    many["mask"] = torch.ones(2, 4, dtype=torch.bool)
+    with torch.no_grad():
+        losses = [float(model.loss(model(b), b)) for b in (few, many)]
+    result = _trainer().validate(model, DataLoader([few, many], batch_size=None), verbose=False)[0]
+    by_token = (2 * losses[0] + 8 * losses[1]) / 10
+    assert result["val/loss"] == pytest.approx(by_token, rel=1e-5)
+    assert abs(by_token - sum(losses) / 2) > 1e-3  # the two means differ here: the test can tell them apart
+
+
+def test_per_class_accuracy_leaves_out_classes_without_test_examples():
+    from torch.utils.data import DataLoader
+
+    model = SequenceLabeling(net=NET, labels=["a", "b", "c"]).eval()
+    batch = _batch()
+    batch["labels"] = torch.tensor([[0, 1, 0, 1], [1, 0, IGNORE_INDEX, IGNORE_INDEX]])  # no "c" in the test split
+    result = _trainer().test(model, DataLoader([batch], batch_size=None), verbose=False)[0]
+    assert "test/acc_a" in result and "test/acc_b" in result and "test/acc_c" not in result
+    with torch.no_grad():
+        pred = model(batch)["logits"].argmax(-1)
+    real = batch["labels"] == 0
+    assert result["test/acc_a"] == pytest.approx(float((pred[real] == 0).float().mean()))
+    assert model.test_summary()["classes_without_test_examples"] == ["c"]
+
+
+def test_subset_counts_merge_like_ddp_processes_do():
+    """Each process counts its shard; torchmetrics sums the states: the merged accuracy is the union's."""
+    from seqattn.objectives.labeling import SubsetAccuracy
+
+    g = torch.Generator().manual_seed(1)
+    preds, targets = torch.randint(0, 3, (40,), generator=g), torch.randint(0, 3, (40,), generator=g)
+    subset = torch.rand(40, generator=g) > 0.4
+    whole, rank0, rank1 = SubsetAccuracy(), SubsetAccuracy(), SubsetAccuracy()
+    whole.update(preds, targets, subset)
+    rank0.update(preds[:25], targets[:25], subset[:25])
+    rank1.update(preds[25:], targets[25:], subset[25:])
+    rank0.merge_state(rank1)
+    expected = float((preds[subset] == targets[subset]).float().mean())
+    assert float(whole.compute()) == pytest.approx(expected) == pytest.approx(float(rank0.compute()))
+    assert {type(rank0).__dict__.get("full_state_update"), rank0._reductions["correct"].__name__} == {False, "dim_zero_sum"}
