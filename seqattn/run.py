@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,10 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seqattn.model.build import locate
+from seqattn.training.callbacks import LastCheckpoint
 from seqattn.training.finetune import apply_finetune
-from seqattn.training.resume import resumable_train_loader, resume_config
+from seqattn.training.resume import finished_run, keep_previous_metrics, resumable_train_loader, resume_config
+from seqattn.training.sweep import record_failure
 
 log = logging.getLogger("seqattn.run")
 
@@ -63,6 +67,83 @@ def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.Lig
     return cls(net=net_cfg, spec=spec.to_dict(), **objective)
 
 
+def _overridden(key: str) -> bool:
+    """Whether ``key`` was set on this run's command line (Hydra's overrides; False outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    try:
+        overrides = HydraConfig.get().overrides.task
+    except Exception:  # noqa: BLE001 -- a composed config without the hydra node
+        return False
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides)
+
+
+def plan_selection(cfg: DictConfig, sizes: dict[str, int]) -> str | None:
+    """How the best checkpoint is chosen, given the data's split sizes; edits ``cfg`` for the run.
+
+    - ``objective.monitor`` on ``val/`` with validation examples: as configured (early stopping, best by it);
+    - no validation examples and the default monitor: train for ``trainer.max_epochs``, no early stopping,
+      keep the last epoch's weights as ``best.ckpt`` -- and say so (returns the message);
+    - a monitor named on the command line that the data cannot compute (no validation split, or a test
+      metric): ``ValueError`` saying how to fix it;
+    - ``objective.monitor=null``: the last epoch, as above.
+    """
+    monitor = cfg.objective.get("monitor")
+    if monitor:
+        split = str(monitor).split("/", 1)[0]
+        if split not in ("train", "val"):
+            raise ValueError(f"objective.monitor={monitor!r}: the model must be chosen on the training or validation "
+                             "split (val/..., train/...), never on the test split")
+        if split != "val" or sizes.get("val", 0) > 0:
+            return None
+        if _overridden("objective.monitor"):
+            raise ValueError(f"objective.monitor={monitor!r} but the data has no validation examples (splits: {sizes}); "
+                             "give it a validation split (data.val_fraction, a split column, data.val_path), monitor a "
+                             "training metric (objective.monitor=train/loss_epoch), or objective.monitor=null to "
+                             "train for trainer.max_epochs and keep the last checkpoint")
+        reason = (f"no validation examples (splits: {sizes}): training for all {cfg.trainer.max_epochs} epochs without "
+                  f"early stopping and keeping the last epoch as best.ckpt instead of choosing by {monitor}")
+    else:
+        reason = f"objective.monitor=null: training for all {cfg.trainer.max_epochs} epochs, keeping the last epoch"
+    with open_dict(cfg):
+        cfg.objective.monitor = None
+        if cfg.get("callbacks"):
+            for key in [k for k, v in cfg.callbacks.items() if v is not None and "EarlyStopping" in str(v.get("_target_"))]:
+                cfg.callbacks[key] = None
+        if not sizes.get("val", 0):
+            cfg.trainer.limit_val_batches = 0
+            cfg.trainer.num_sanity_val_steps = 0
+    return reason
+
+
+def check_lengths(model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
+    """Every split's longest item against the network's length limit, before any training."""
+    limit = model.net.max_tokens
+    if limit is None:
+        return
+    for split, (length, where) in sorted(datamodule.longest().items()):
+        if length > limit:
+            raise ValueError(f"{where}: the {split} split has an item of {length} tokens, longer than the model "
+                             f"takes ({limit}: model.positional=learned with model.max_len); raise model.max_len or "
+                             "use model.positional=sinusoidal|rotary (any length)")
+
+
+def _finite_metrics(metrics: dict[str, Any], reasons: dict[str, str]) -> dict[str, Any]:
+    """NaN / inf metric values -> None (valid JSON), each listed under ``undefined`` with the reason."""
+    out, undefined = {}, {}
+    for key, value in metrics.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            out[key] = None
+            undefined[key] = reasons.get(key, f"{value} (undefined on this split)")
+        else:
+            out[key] = value
+    if undefined:
+        out["undefined"] = undefined
+    return out
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, test and write the run's artefacts. Returns ``{"test/...": float, ..., "output_dir": str}``."""
     torch.set_float32_matmul_precision(cfg.matmul_precision)
@@ -78,7 +159,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.training.resume)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    selection = plan_selection(cfg, datamodule.split_sizes())
+    if selection:
+        log.warning("%s", selection)
     model = build_objective(cfg, datamodule)
+    check_lengths(model, datamodule)
     finetune = apply_finetune(model, cfg)  # init_from / freeze / finetune.pretrained_lr_mult
     if is_rank_zero:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -97,8 +182,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     fit_seconds = time.perf_counter() - start
 
-    checkpoint = next((c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint) and c.monitor),
-                      None)
+    checkpoint = next((c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)
+                       and not isinstance(c, LastCheckpoint)), None)
     best = checkpoint.best_model_path if checkpoint is not None and checkpoint.best_model_path else None
     metrics: dict[str, Any] = {
         "task": cfg.task_name,
@@ -111,7 +196,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     }
     if finetune:
         metrics["finetune"] = finetune
-    if checkpoint is not None and checkpoint.best_model_score is not None:
+    if selection:
+        metrics["selection"] = selection
+    if checkpoint is not None and checkpoint.monitor and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):
         results = trainer.test(model, datamodule=datamodule, ckpt_path=best, verbose=True)
@@ -120,9 +207,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             metrics.update(model.test_summary())
         if best:  # keep the in-memory model at the tested (best) weights for the figures
             model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
+    metrics = _finite_metrics(metrics, model.undefined_reasons)
     if not trainer.is_global_zero:
         return metrics
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False))
     if cfg.get("plot") and cfg.get("plot_fn") is not None:
         figure = instantiate(cfg.plot_fn)(model, datamodule, out_dir)
         metrics["figure"] = str(figure)
@@ -163,15 +251,64 @@ def _command_line_overrides(exclude: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> float | None:
+def user_error(err: BaseException) -> str | None:
+    """The message of a user mistake (a ``ValueError`` / ``FileNotFoundError`` for bad input or config,
+    also when Hydra's ``instantiate`` wrapped it), or None for an internal error."""
+    seen = 0
+    while err is not None and seen < 5:
+        if isinstance(err, (ValueError, FileNotFoundError)):
+            return str(err)
+        err, seen = err.__cause__, seen + 1
+    return None
+
+
+def _multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def run(cfg: DictConfig) -> float | None:
+    """One run of ``python -m seqattn.run``: resume handling, training, the summary table."""
     if cfg.get("resume"):
-        cfg = resume_config(cfg.resume, _command_line_overrides(exclude=("resume",)))
+        done = finished_run(cfg.resume)
+        overrides = _command_line_overrides(exclude=("resume",))
+        epochs = [int(o.split("=", 1)[1]) for o in overrides if o.split("=", 1)[0] == "trainer.max_epochs"]
+        longer = epochs[-1] if epochs else None  # the last override wins, as in Hydra
+        if done is not None and (longer is None or longer <= done["epochs"]):
+            log.warning("resume=%s: the run already finished (%s epochs, metrics.json written); nothing to resume. To "
+                        "train it further: resume=%s trainer.max_epochs=N with N > %s", cfg.resume, done["epochs"],
+                        cfg.resume, done["epochs"])
+            return None
+        if done is not None:
+            keep_previous_metrics(cfg.resume)
+        cfg = resume_config(cfg.resume, overrides)
     metrics = train(cfg)
     _print_summary(metrics)
     monitor = cfg.objective.get("monitor")
     value = metrics.get(f"best_{monitor}")
     return float(value) if isinstance(value, (int, float)) else None  # for Hydra sweepers
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    """``python -m seqattn.run``: a user mistake (``ValueError``: bad input or config) prints one clear
+    message and exits 2; an internal error keeps its traceback. In a sweep (``-m``), a failed job is
+    recorded in its folder (``failed.json``) and the sweep goes on; its summary marks it."""
+    try:
+        return run(cfg)
+    except Exception as err:  # noqa: BLE001 -- reported below, by kind
+        if _multirun():
+            record_failure(Path(cfg.paths.output_dir), err)
+            log.error("job failed (%s: %s); the sweep goes on, see %s", type(err).__name__, err,
+                      Path(cfg.paths.output_dir) / "failed.json")
+            return None
+        message = user_error(err)
+        if message is not None:
+            print(f"seqattn.run: error: {message}", file=sys.stderr)
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":

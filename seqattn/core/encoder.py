@@ -133,6 +133,8 @@ class Encoder(nn.Module):
         head_dim = (dim if dim_k is None else dim_k) // heads
         self.positional_name = positional
         self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
+        # the longest sequence the encoder accepts (a learned positional table has a fixed size), or None
+        self.max_length: int | None = int(max_len) if positional == "learned" else None
         self.layers = nn.ModuleList(
             EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v)
             for _ in range(depth)

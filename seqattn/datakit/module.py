@@ -156,6 +156,12 @@ class TaskDataModule(L.LightningDataModule):
         """What the model is built from (after ``setup()``). Default: the label set."""
         return DataSpec(num_outputs=self.num_classes, labels=self.label_names)
 
+    def longest(self) -> dict[str, tuple[int, str]]:
+        """Per split, the longest item in tokens as the adapter makes them and where it is
+        (``{"test": (141, "file:line")}``), so a length limit of the model is checked before training.
+        Empty when the data does not know (default)."""
+        return {}
+
     def split_sizes(self) -> dict[str, int]:
         """Items per split (after ``setup()``)."""
         return {name: len(self.datasets[name]) if name in self.datasets else 0 for name in SPLITS}

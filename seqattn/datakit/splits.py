@@ -6,8 +6,9 @@
    on none (a mix is an error naming the first item without one);
 2. **grouped** (``group=key function``): whole groups go to one split, so a speaker, a scaffold or
    a document never straddles train and test. ``group_order="random"`` shuffles the groups by
-   ``seed`` (speakers); ``"largest_first"`` fills train with the largest groups, then val, then
-   test, which then holds the rarest groups (the Bemis-Murcko scaffold split of MoleculeNet);
+   ``seed`` (speakers); ``"largest_first"`` fills train with the largest groups (the largest one
+   always), then val, then test, which then holds the rarest groups (the Bemis-Murcko scaffold
+   split of MoleculeNet);
 3. **stratified** (``stratify=key function``): each class contributes its share to every split
    (node classification with few labels per class); items whose key is None stay unassigned;
 4. **random**: a seeded permutation.
@@ -98,7 +99,7 @@ def split_indices(
             train_cap, val_cap = n * (1 - val_fraction - test_fraction), n * (1 - test_fraction)
             for k in ordered:
                 idx = members[k]
-                if len(out["train"]) + len(idx) <= train_cap:
+                if not out["train"] or len(out["train"]) + len(idx) <= train_cap:  # the largest always trains
                     out["train"] += idx
                 elif len(out["train"]) + len(out["val"]) + len(idx) <= val_cap:
                     out["val"] += idx

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from seqattn.core.tokens import Tokens, prepend_global_token
-from seqattn.model.protocols import adapter_hooks, check_adapter, check_encoder, check_head
+from seqattn.model.protocols import adapter_hooks, check_adapter, check_encoder, check_head, encoder_max_length
 
 
 class SequenceModel(nn.Module):
@@ -45,6 +45,15 @@ class SequenceModel(nn.Module):
         elif needs and not global_token:
             raise ValueError("head pooling 'cls' reads the global token; global_token=False contradicts it")
         self.global_token = nn.Parameter(torch.randn(encoder.dim) * 0.02) if global_token else None
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The longest adapter output (in tokens) the network accepts: the encoder's limit less the
+        global token, or None for any length."""
+        limit = encoder_max_length(self.encoder)
+        if limit is None:
+            return None
+        return limit - (1 if self.global_token is not None else 0)
 
     def tokens(self, batch: dict[str, Any]) -> Tokens:
         """The adapter's tokens for ``batch``: its ``inputs`` keys, or its ``export_inputs`` keys when

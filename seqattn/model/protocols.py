@@ -14,6 +14,7 @@ Adapter (:class:`AdapterBase`):
 
 Encoder (the core :class:`~seqattn.core.Encoder` or a baseline):
     ``dim``               model width D; ``forward(tokens, return_attention=False)``.
+    ``max_length``        optional: the longest sequence it accepts (a learned positional table), None = any.
 
 Head (:class:`HeadBase`):
     ``num_outputs``       C classes / T targets;  ``per_token``  True = ``[B, L, C]``, False = ``[B, C]``;
@@ -113,6 +114,12 @@ def check_encoder(encoder: nn.Module) -> None:
     dim = getattr(encoder, "dim", None)
     if not isinstance(dim, int) or dim <= 0:
         raise ValueError(f"encoder {type(encoder).__name__} must have a positive int `dim` (its width), got {dim!r}")
+
+
+def encoder_max_length(encoder: nn.Module) -> int | None:
+    """The encoder's optional ``max_length`` (None when it takes any length)."""
+    value = getattr(encoder, "max_length", None)
+    return int(value) if value is not None else None
 
 
 def adapter_hooks(adapter: nn.Module) -> dict[str, Any]:

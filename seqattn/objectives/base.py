@@ -78,12 +78,15 @@ class Objective(L.LightningModule):
             self.save_hyperparameters()
             self.net = build_network(net, data_spec)
         self.spec = data_spec
+        self.undefined_reasons: dict[str, str] = {}
         self.optimizer_cfg, self.scheduler_cfg = optimizer, scheduler
         self.labels = labels
         # keys carry a suffix: a ModuleDict key "train" would shadow nn.Module.train
         self.metrics = nn.ModuleDict({f"{stage}_metrics": self.make_metrics() for stage in ("train", "val", "test")})
 
     run_config: dict | None = None  # the whole resolved run config, set by seqattn.run.train
+    # metric name -> why it is undefined (NaN) this run, e.g. ROC-AUC on a split with one class
+    undefined_reasons: dict[str, str] = {}
     # parameter name -> learning-rate multiplier (fine-tuning: pretrained parts slower); set by seqattn.training.finetune
     lr_multipliers: dict[str, float] | None = None
 

@@ -82,11 +82,16 @@ class MaskedAUROC(_MaskedColumnMetric):
         self.preds.append(p)
         self.targets.append(t)
 
+    undefined: str | None = None  # why the last compute() gave NaN
+
     def compute(self) -> torch.Tensor:
         p = torch.cat(self.preds) if self.preds else torch.zeros(0)
         t = torch.cat(self.targets) if self.targets else torch.zeros(0)
         if t.numel() == 0 or t.min() == t.max():
+            self.undefined = ("ROC-AUC is undefined: no labeled examples" if t.numel() == 0 else
+                              f"ROC-AUC is undefined: every labeled example of the split is {int(t[0])}")
             return torch.tensor(float("nan"))
+        self.undefined = None
         return binary_auroc(p, t.long())
 
 
@@ -175,6 +180,12 @@ class PropertyPrediction(Objective):
     def on_test_epoch_end(self) -> None:
         if len(self.test_baseline):
             self.log_dict({f"test/{k}": v for k, v in self.test_baseline.compute().items()})
+        self.undefined_reasons = {}
+        for name, metric in self.metrics["test_metrics"].items():
+            if isinstance(metric, MaskedAUROC):
+                metric.compute()
+                if metric.undefined:
+                    self.undefined_reasons[f"test/{name}"] = metric.undefined
 
     # -- scales ---------------------------------------------------------------------------------
     def standardize(self, targets: torch.Tensor) -> torch.Tensor:

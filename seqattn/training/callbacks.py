@@ -20,8 +20,10 @@ log = logging.getLogger("seqattn.train")
 
 
 class EpochSummary(L.Callback):
-    """Logs one line per validation epoch (metrics and elapsed time), so progress stays
-    visible in log files and CI output where no progress bar is drawn."""
+    """Logs one line per training epoch, after its validation: this epoch's training loss and
+    validation metrics and the elapsed time, so progress stays visible in log files and CI output
+    where no progress bar is drawn. Epochs are numbered as the progress bar numbers them
+    (``epoch 3/39`` = the fourth of 40)."""
 
     def __init__(self) -> None:
         self._start = None
@@ -29,15 +31,49 @@ class EpochSummary(L.Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()
 
-    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        # validation ends inside the training epoch: show this epoch's val metrics and the training loss
+        # at the end of the training epoch: its epoch-mean training loss and the validation that ran inside it
         shown = {k: float(v) for k, v in trainer.callback_metrics.items()
                  if (k.startswith("val/") or k == "train/loss_epoch") and v.numel() == 1}
         text = " ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items()))
         elapsed = time.perf_counter() - (self._start or time.perf_counter())
-        log.info("epoch %d/%s %s (%.0f s)", trainer.current_epoch + 1, trainer.max_epochs, text, elapsed)
+        last = trainer.max_epochs - 1 if trainer.max_epochs and trainer.max_epochs > 0 else "?"
+        log.info("epoch %d/%s %s (%.0f s)", trainer.current_epoch, last, text, elapsed)
+
+
+class MonitorGuard(L.Callback):
+    """Stops a run whose monitored metric is missing or not a number, with a message saying why.
+
+    Early stopping and best-checkpoint selection on a NaN ``val/loss`` (a validation split with
+    nothing labeled, say) would end the run after one epoch and report its test score as a normal
+    result; this raises a ``ValueError`` naming the metric, the epoch and the metrics that exist.
+    """
+
+    def __init__(self, monitor: str | None) -> None:
+        self.monitor = monitor
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if not self.monitor or trainer.sanity_checking or not self.monitor.startswith("val/"):
+            return
+        self._check(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self.monitor and self.monitor.startswith("train/"):
+            self._check(trainer)
+
+    def _check(self, trainer) -> None:
+        metrics = trainer.callback_metrics
+        if self.monitor not in metrics:
+            raise ValueError(f"objective.monitor={self.monitor!r} was not logged in epoch {trainer.current_epoch}; "
+                             f"logged: {sorted(metrics)}")
+        value = metrics[self.monitor]
+        if not torch.isfinite(torch.as_tensor(value)).all():
+            raise ValueError(
+                f"objective.monitor={self.monitor!r} is {float(value)} after epoch {trainer.current_epoch}: the split "
+                "it is computed on gives no usable value (no labeled examples there?). Give that split labeled "
+                "examples, or monitor another metric (objective.monitor=train/loss_epoch)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,4 +179,11 @@ class LastCheckpoint(ModelCheckpoint):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if (self.every_n_steps and trainer.global_step % self.every_n_steps == 0
                 and not self._should_skip_saving_checkpoint(trainer)):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """The final state: the last steps of a run are in last.ckpt even when they end mid-way between
+        two ``every_n_steps`` saves (or after the last epoch-end save)."""
+        super().on_train_end(trainer, pl_module)
+        if self._last_global_step_saved != trainer.global_step and not trainer.sanity_checking:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

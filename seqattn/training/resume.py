@@ -103,6 +103,29 @@ def resumable_train_loader(datamodule: Any) -> None:
     datamodule.train_dataloader = train_dataloader
 
 
+def finished_run(run_dir: str | Path) -> dict[str, Any] | None:
+    """The ``metrics.json`` of a run that finished (it is written last), or None for a run that did not."""
+    path = Path(run_dir).expanduser() / "metrics.json"
+    if not path.is_file():
+        return None
+    import json
+
+    metrics = json.loads(path.read_text())
+    metrics.setdefault("epochs", 0)
+    return metrics
+
+
+def keep_previous_metrics(run_dir: str | Path) -> Path | None:
+    """Before a finished run trains further: its ``metrics.json`` -> ``metrics.previous.json``."""
+    path = Path(run_dir).expanduser() / "metrics.json"
+    if not path.is_file():
+        return None
+    target = path.with_name("metrics.previous.json")
+    path.replace(target)
+    log.info("kept the finished run's metrics as %s", target)
+    return target
+
+
 def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
     """The config of an earlier run to continue: its ``config.yaml`` with ``ckpt_path`` set to its
     ``checkpoints/last.ckpt`` and ``paths.output_dir`` to ``run_dir``; ``overrides`` (``key=value``

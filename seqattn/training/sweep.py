@@ -20,13 +20,29 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger("seqattn.training.sweep")
 
 _SKIP = ("output_dir", "best_checkpoint", "figure", "task")
+FAILED = "failed.json"
+
+
+def record_failure(job_dir: Path, err: BaseException) -> Path:
+    """Write ``failed.json`` (the error and its traceback) into a sweep job's folder."""
+    import traceback
+
+    job_dir.mkdir(parents=True, exist_ok=True)
+    path = job_dir / FAILED
+    path.write_text(json.dumps({"error": f"{type(err).__name__}: {err}",
+                                "traceback": "".join(traceback.format_exception(err))}, indent=2))
+    return path
 
 
 def _job_rows(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     rows, override_keys, metric_keys = [], [], []
-    for metrics_path in sorted(sweep_dir.glob("*/metrics.json"), key=lambda p: (len(p.parent.name), p.parent.name)):
-        job = metrics_path.parent
-        metrics = json.loads(metrics_path.read_text())
+    jobs = [p.parent for p in sweep_dir.glob("*/metrics.json")] + [p.parent for p in sweep_dir.glob(f"*/{FAILED}")]
+    for job in sorted(set(jobs), key=lambda p: (len(p.name), p.name)):
+        metrics_path = job / "metrics.json"
+        if metrics_path.is_file():
+            metrics = {"status": "ok", **json.loads(metrics_path.read_text())}
+        else:
+            metrics = {"status": "failed: " + json.loads((job / FAILED).read_text())["error"].splitlines()[0][:200]}
         overrides_file = job / ".hydra" / "overrides.yaml"
         overrides = [str(o) for o in OmegaConf.load(overrides_file)] if overrides_file.is_file() else []
         row: dict[str, Any] = {"job": job.name}
@@ -51,11 +67,11 @@ def summarize(sweep_dir: str | Path) -> Path | None:
     sweep_dir = Path(sweep_dir)
     rows, override_keys, metric_keys = _job_rows(sweep_dir)
     if not rows:
-        log.warning("sweep %s: no job wrote metrics.json, no summary", sweep_dir)
+        log.warning("sweep %s: no job wrote metrics.json or failed.json, no summary", sweep_dir)
         return None
     # columns: job, the overrides that vary or not, then test metrics first
     varying = [k for k in override_keys if len({str(r.get(k)) for r in rows}) > 1] or override_keys
-    metric_keys.sort(key=lambda k: (not k.startswith("test/"), not k.startswith("best_"), k))
+    metric_keys.sort(key=lambda k: (k != "status", not k.startswith("test/"), not k.startswith("best_"), k))
     columns = ["job", *varying, *metric_keys]
     csv_path = sweep_dir / "summary.csv"
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
@@ -78,8 +94,20 @@ def summarize(sweep_dir: str | Path) -> Path | None:
     return csv_path
 
 
+def failed_jobs(sweep_dir: str | Path) -> list[str]:
+    """The job folders of a sweep that recorded a failure."""
+    return sorted(p.parent.name for p in Path(sweep_dir).glob(f"*/{FAILED}"))
+
+
 class SweepSummary(Callback):
-    """Hydra callback: after a multirun, :func:`summarize` its sweep directory."""
+    """Hydra callback: after a multirun, :func:`summarize` its sweep directory; when some jobs failed,
+    list them and exit with status 1 (after the summary of the others is written)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        summarize(Path(config.hydra.sweep.dir))
+        sweep_dir = Path(config.hydra.sweep.dir)
+        summarize(sweep_dir)
+        failed = failed_jobs(sweep_dir)
+        if failed:
+            log.error("%d job(s) of the sweep failed: %s (see their failed.json); the others are summarised in %s",
+                      len(failed), failed, sweep_dir / "summary.md")
+            raise SystemExit(1)

@@ -199,6 +199,7 @@ class SpeechDataModule(TaskDataModule):
         if self.win <= 0 or self.hop <= 0:
             raise ValueError(f"win_ms={win_ms} / hop_ms={hop_ms} must each be at least one sample")
         self.synth = dict(synth or {})
+        self._longest: dict[str, tuple[int, str]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     def _manifest_path(self) -> Path:
@@ -228,6 +229,8 @@ class SpeechDataModule(TaskDataModule):
         self.set_labels(seen, source=str(path))
         if self.default_label is not None and self.default_label not in self._labels:
             raise ValueError(f"default_label {self.default_label!r} is not one of the labels {self._labels}")
+        self._longest = {name: max((num_frames(it["samples"], self.win, self.hop), it["where"]) for it in items)
+                         for name, items in splits.items() if items}
         for name, items in splits.items():
             if not items:
                 log.warning("the %s split of %s is empty", name, path)
@@ -248,7 +251,7 @@ class SpeechDataModule(TaskDataModule):
             if n < self.win:
                 short.append(it["where"])
                 continue
-            kept.append(it)
+            kept.append(dict(it, samples=n))
             centres = np.arange(num_frames(n, self.win, self.hop)) * self.hop + self.win // 2
             covered = np.zeros(centres.size, dtype=bool)
             for s, e, _ in it["segments"]:
@@ -262,6 +265,10 @@ class SpeechDataModule(TaskDataModule):
             fate = f"labelled {self.default_label!r}" if self.default_label else "ignored (-100)"
             log.warning("%d of %d %s frames are covered by no segment: %s", unlabelled, total, split_name, fate)
         return kept
+
+    def longest(self) -> dict[str, tuple[int, str]]:
+        """The longest utterance (in frames = tokens) of each split and where it is."""
+        return dict(self._longest)
 
     # -- predict protocol -----------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:

@@ -84,7 +84,7 @@ class GraphListDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         g = self.graphs[index]
-        return {k: v for k, v in g.items() if k != "scaffold"}
+        return {k: v for k, v in g.items() if k not in ("scaffold", "split")}
 
 
 def collate_molecules(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -109,7 +109,9 @@ class MoleculeDataModule(TaskDataModule):
             or one per column); ``moleculenet`` fills them from the set.
         id_column: optional column with molecule ids (default: the SMILES).
         moleculenet: the set's name for ``source=moleculenet``.
-        split: ``random`` | ``scaffold`` (Bemis–Murcko; the largest scaffold groups train, the rarest test).
+        split: ``random`` | ``scaffold`` (Bemis–Murcko; the largest scaffold groups train, the rarest test);
+            a ``split_column`` in the CSV overrides both (the file's own split, on every row or on none).
+        split_column: a column naming each molecule's split (train / val / test), or None.
         skip_invalid: go on without unparsable SMILES (counted, logged with file:line) instead of
             stopping with the list. ``None``: stop for your files (``csv``, ``moleculenet``); skip for the
             built-in ``nci_tpsa`` file, which holds 8 SMILES RDKit rejects (hypervalent Al/Be/Si/P/Hg).
@@ -131,6 +133,7 @@ class MoleculeDataModule(TaskDataModule):
         id_column: str | None = None,
         moleculenet: str | None = None,
         split: str = "random",
+        split_column: str | None = None,
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
         skip_invalid: bool | None = None,
@@ -170,7 +173,7 @@ class MoleculeDataModule(TaskDataModule):
             raise ValueError("source='csv' needs target_columns=[...] (the property column names)")
         self.target_columns = list(target_columns or [])
         self._kinds_arg = target_kinds
-        self.split = split
+        self.split, self.split_column = split, split_column
         self.skip_invalid_predict = bool(skip_invalid)  # the user's own predict input: skip only when told
         if skip_invalid is None:
             skip_invalid = source == "nci_tpsa"
@@ -223,7 +226,7 @@ class MoleculeDataModule(TaskDataModule):
                 self._kinds_arg = MOLECULENET.get(self.moleculenet.lower(), "classification")
             return read_smiles_table(raw, smiles_col, self.target_columns, self.target_kinds, id_column=self.id_column)
         return read_smiles_table(self.path, self.smiles_column, self.target_columns, self.target_kinds,
-                                 id_column=self.id_column, encoding=self.encoding)
+                                 id_column=self.id_column, encoding=self.encoding, split_column=self.split_column)
 
     def _source_file(self) -> Path:
         if self.source == "nci_tpsa":
@@ -239,7 +242,7 @@ class MoleculeDataModule(TaskDataModule):
         stat = src.stat()
         key = json.dumps([str(src.resolve()), stat.st_size, stat.st_mtime_ns, self.smiles_column, self.target_columns,
                           self.target_kinds, self.id_column, self.positional, self.pe_dim, self.skip_invalid,
-                          self.split, self.limit, self.encoding, FEATURIZER_VERSION])
+                          self.split, self.split_column, self.limit, self.encoding, FEATURIZER_VERSION])
         return self.data_dir / "molecules" / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
 
     def _load_graphs(self) -> list[dict[str, Any]]:
@@ -275,11 +278,14 @@ class MoleculeDataModule(TaskDataModule):
         graphs = self._load_graphs()
         if not graphs:
             raise ValueError(f"no molecules to train on from source={self.source!r}")
+        given = (lambda g: g.get("split")) if self.split_column else None
         if self.split == "scaffold":
-            parts = split(graphs, self.val_fraction, self.test_fraction, self.seed, group=lambda g: g["scaffold"],
-                          group_order="largest_first", what="molecules")
+            parts = split(graphs, self.val_fraction, self.test_fraction, self.seed, given=given,
+                          group=lambda g: g["scaffold"], group_order="largest_first", what="molecules")
         else:
-            parts = split(graphs, self.val_fraction, self.test_fraction, self.seed, what="molecules")
+            parts = split(graphs, self.val_fraction, self.test_fraction, self.seed, given=given, what="molecules")
+        if not parts["train"]:
+            raise ValueError(f"no training molecules after the {self.split} split ({ {k: len(v) for k, v in parts.items()} })")
         for name, part in parts.items():
             self.datasets[name] = GraphListDataset(part)
         train_y = torch.stack([g["targets"] for g in self.datasets["train"].graphs])  # [n, T]

@@ -43,7 +43,7 @@ import torch
 
 from seqattn.datakit.download import verify_sha256
 from seqattn.datakit.files import existing_file, iter_lines, read_table
-from seqattn.labels import MISSING_VALUES
+from seqattn.labels import MISSING_VALUES, split_name
 from seqattn.modalities.graph.positional import graph_positional_encoding
 
 log = logging.getLogger(__name__)
@@ -169,8 +169,10 @@ def read_smiles_table(
     names: Sequence[str] | None = None,
     id_column: str | None = None,
     encoding: str = "utf-8",
+    split_column: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Read a SMILES CSV into records ``{smiles, targets [T] (NaN = missing), id, where ("file:line")}``.
+    """Read a SMILES CSV into records ``{smiles, targets [T] (NaN = missing), id, where ("file:line"),
+    split}`` (``split``: the row's ``split_column`` value as train/val/test, or None).
 
     ``header=False`` needs ``names`` (the column names in order). Lines starting with ``#`` and
     empty lines are skipped. A missing column raises ``ValueError`` naming the file and the header;
@@ -181,7 +183,8 @@ def read_smiles_table(
         raise ValueError(f"target_kinds {kinds} must have one entry per target column {list(target_columns)}")
     if not header and names is None:
         raise ValueError(f"{path}: header=False needs `names` (the column names in order)")
-    wanted = [smiles_column, *target_columns] + ([id_column] if id_column else [])
+    wanted = [smiles_column, *target_columns] + ([id_column] if id_column else []) + ([split_column] if split_column
+                                                                                       else [])
     table = read_table(path, "csv", encoding, wanted, "SMILES file", header=None if header else names, comment="#",
                        hint="set data.smiles_column / data.target_columns")
     records = []
@@ -190,7 +193,8 @@ def read_smiles_table(
         targets = [_parse_target(values[c], k, where, c) for c, k in zip(target_columns, kinds)]
         smiles = values[smiles_column].strip()
         records.append({"smiles": smiles, "targets": targets, "where": where,
-                        "id": values[id_column].strip() if id_column else smiles})
+                        "id": values[id_column].strip() if id_column else smiles,
+                        "split": split_name(values[split_column], where) if split_column else None})
     if not records:
         raise ValueError(f"{table.path}: no molecules (the file has a header and no rows)")
     return records
@@ -234,6 +238,8 @@ def featurize_records(
         g["targets"] = torch.tensor(rec["targets"], dtype=torch.float32)
         g["ids"] = rec["id"]
         g["smiles"] = rec["smiles"]
+        if rec.get("split") is not None:
+            g["split"] = rec["split"]
         if scaffolds:
             g["scaffold"] = murcko_scaffold(mol)
         graphs.append(g)

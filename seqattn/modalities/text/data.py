@@ -128,6 +128,7 @@ class _TextDataModule(TaskDataModule):
         self.min_freq, self.max_size = min_freq, max_size
         self.synth = dict(synth or {})
         self.vocab: Vocabulary | None = None
+        self._longest: dict[str, tuple[int, str]] = {}
 
     # -- what the model needs ---------------------------------------------------------------
     def spec(self) -> DataSpec:
@@ -139,6 +140,10 @@ class _TextDataModule(TaskDataModule):
 
     def subset_names(self) -> tuple[str, ...]:
         return ()
+
+    def longest(self) -> dict[str, tuple[int, str]]:
+        """The longest sentence (in words = tokens) of each split and where it is."""
+        return dict(self._longest)
 
     # -- to be defined ----------------------------------------------------------------------
     def read_splits(self) -> dict[str, list[dict[str, Any]]]:
@@ -176,6 +181,8 @@ class _TextDataModule(TaskDataModule):
         self.vocab = Vocabulary.build((it["tokens"] for it in splits["train"]), self.min_freq, self.max_size,
                                       self.lowercase)
         self.prepare_items(splits)
+        self._longest = {name: max(((len(it["tokens"]), it["where"]) for it in items), default=(0, ""))
+                         for name, items in splits.items() if items}
         self.datasets = {name: ListDataset([self.make_item(it, name) for it in items])
                          for name, items in splits.items()}
         for name, data in self.datasets.items():
