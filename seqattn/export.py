@@ -5,8 +5,8 @@ Arguments are ``key=value``:
     ckpt=PATH                 a checkpoint written by ``seqattn.run``
     format=onnx|torchscript   ``onnx`` needs ``pip install "seqattn[export]"`` (onnx, onnxscript, onnxruntime)
     output=FILE               default: next to the checkpoint, ``<ckpt stem>.onnx`` / ``.ts``
-    input=PATH                optional: example inputs in the task's predict format (else a batch of
-                              the run's test split, which needs its data)
+    input=PATH                optional: example inputs in the task's predict format (else the adapter's
+                              own example inputs: the checkpoint alone is enough)
 
 The exported model's inputs are the adapter's inputs, in ``adapter.inputs`` order (speech:
 ``waveform [B, T]`` float32 and ``lengths [B]`` int64), or its ``export_inputs`` when its own
@@ -14,8 +14,8 @@ inputs are not tensors (text: ``ids [B, L]`` int64 from the vocabulary and ``mas
 see ``TextAdapter.export_inputs_from``). Graph adapters are refused (see ``GraphAdapter``); its outputs are ``logits`` (``[B, L, C]``
 per token or ``[B, C]`` pooled) and ``token_mask [B, L]``. ONNX (``torch.export``) keeps batch size and
 length dynamic; TorchScript is traced on the example batch. Input checks that branch on tensor
-values are skipped while exporting (``torch.compiler.is_exporting()``), and a sinusoidal table is
-sized by the example: export with an example at least as long as your longest input.
+values are skipped while exporting or tracing, and positional tables are computed from the input's
+own length there, so an exported model runs on inputs of any length (tests: 3x the example's).
 """
 
 from __future__ import annotations
@@ -44,22 +44,20 @@ class ExportableNet(nn.Module):
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
         self.net = net
-        self.input_names = list(getattr(net.adapter, "export_inputs", None) or net.adapter.inputs)
+        self.input_names = list(net.export_input_names or net.input_names)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.net(dict(zip(self.input_names, inputs)))
         return out["logits"], out["mask"]
 
 
-def example_batch(checkpoint: dict[str, Any], source: str | Path | None = None) -> dict[str, Any]:
+def example_batch(checkpoint: dict[str, Any], net: nn.Module, source: str | Path | None = None) -> dict[str, Any]:
     """A batch to trace with: the first batch of ``source`` through the datamodule's ``predict_loader``,
-    else the first batch of the run's test split."""
-    datamodule = instantiate(checkpoint["seqattn_config"]["data"], _convert_="all")
+    else the adapter's own example inputs (from the checkpoint alone: no data needed)."""
     if source is not None:
+        datamodule = instantiate(checkpoint["seqattn_config"]["data"], _convert_="all")
         return next(iter(datamodule.predict_loader(source)))
-    datamodule.prepare_data()
-    datamodule.setup("test")
-    return next(iter(datamodule.test_dataloader()))
+    return net.adapter.example_inputs()
 
 
 def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source: str | Path | None = None
@@ -70,15 +68,15 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
     checkpoint = read_checkpoint(ckpt)
     model = build_model(checkpoint)
     adapter = model.net.adapter
-    if not getattr(adapter, "exportable", True):
+    if not model.net.exportable:
         raise ValueError(
             f"{type(adapter).__name__} cannot be exported: it builds its attention structure per batch in "
             "Python, which a trace or torch.export would freeze to the example; use seqattn.load(ckpt).predict"
         )
     wrapper = ExportableNet(model.net).eval()
-    batch = example_batch(checkpoint, source)
-    if hasattr(adapter, "export_inputs_from"):  # e.g. text: words -> ids tensors
-        batch = {**batch, **adapter.export_inputs_from(batch)}
+    batch = example_batch(checkpoint, model.net, source)
+    if model.net.export_input_names and not all(k in batch for k in model.net.export_input_names):
+        batch = {**batch, **adapter.export_inputs_from(batch)}  # e.g. text: words -> ids tensors
     missing = [k for k in wrapper.input_names if k not in batch]
     if missing:
         raise ValueError(f"the example batch lacks the adapter inputs {missing}; has {sorted(batch)}")

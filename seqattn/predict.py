@@ -9,6 +9,8 @@ own run config, label names, vocabulary and normalisation):
     output=FILE       ``.csv`` or ``.jsonl``; omitted: JSON lines on stdout
     batch_size=N      default: the training batch size
     device=cpu|cuda   default: cpu
+    on_error=skip|stop  skip (default): predict every readable input, list the others (with the reason)
+                      on stderr and exit 1; stop: stop at the first bad input
 
 The work is generic: the datamodule named by the checkpoint's ``data`` config builds the
 batches (``predict_loader(source, batch_size)``) and describes their items (``describe(batch)``:
@@ -75,42 +77,100 @@ class Predictor:
                                  "seqattn.predict cannot read inputs for this task")
         if not hasattr(model, "predict_step"):
             raise ValueError(f"{type(model).__name__} has no predict_step")
-        self.device = torch.device(device)
+        self.device = _device(device)
         self.model = model.to(self.device).eval()
         self.datamodule = datamodule
         self.config = config
         self.labels = list(model.labels) if getattr(model, "labels", None) else None
+        self.errors: list[tuple[str, str]] = []  # (where, reason) of the inputs the last predict() left out
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
                         weights_only: bool = True) -> "Predictor":
+        device = _device(device)  # before loading anything
         checkpoint = read_checkpoint(path, weights_only=weights_only)
         model = build_model(checkpoint)
         config = checkpoint["seqattn_config"]
         datamodule = instantiate(config["data"], _convert_="all")
         return cls(model, datamodule, config, device)
 
-    def batches(self, source: str | Path, batch_size: int | None = None) -> Iterator[tuple[dict, dict]]:
-        """``(batch, output)`` pairs (on the CPU) for every batch of ``source``."""
-        loader = self.datamodule.predict_loader(source, batch_size=batch_size)
+    def batches(self, source: str | Path, batch_size: int | None = None,
+                on_error: str = "skip") -> Iterator[tuple[dict, Any]]:
+        """``(batch, output)`` pairs (on the CPU) for every batch of ``source``; inputs that cannot be
+        read are collected in :attr:`errors` (``on_error="skip"``) or raise (``"stop"``)."""
+        if on_error not in ("skip", "stop"):
+            raise ValueError(f"on_error={on_error!r} is not one of ('skip', 'stop')")
+        self.datamodule.on_error = on_error
+        self.datamodule.predict_errors = []
+        loader = self.datamodule.predict_loader(_check_source(source), batch_size=batch_size)
+        self.errors.extend(self.datamodule.predict_errors)
         with torch.inference_mode():
             for i, batch in enumerate(loader):
+                self.errors.extend(batch.pop("skipped", []))
+                if not batch:  # every input of this batch was unreadable
+                    continue
                 output = self.model.predict_step(_to_device(batch, self.device), i)
                 yield batch, _to_cpu(output)
 
-    def predict(self, source: str | Path, batch_size: int | None = None) -> list[dict[str, Any]]:
-        """Rows, one per input item of ``source`` (see :func:`~seqattn.objectives.predictions.prediction_rows`)."""
+    def predict(self, source: str | Path | Sequence[str | Path], batch_size: int | None = None,
+                on_error: str = "skip") -> list[dict[str, Any]]:
+        """Rows, one per input item of ``source`` (a file or folder in the task's predict format, or a
+        list of them), see :func:`~seqattn.objectives.predictions.prediction_rows`. Inputs that cannot
+        be read are left out and listed in :attr:`errors` as ``(where, reason)`` (``on_error="skip"``,
+        the default; a warning says how many), or stop the call (``on_error="stop"``)."""
+        sources = list(source) if isinstance(source, (list, tuple)) else [source]
+        if not sources:
+            raise ValueError("predict got an empty list of inputs")
+        self.errors = []
         rows: list[dict[str, Any]] = []
-        for batch, output in self.batches(source, batch_size):
-            rows.extend(prediction_rows(output, self.datamodule.describe(batch)))
+        for one in sources:
+            for batch, output in self.batches(one, batch_size, on_error):
+                rows.extend(prediction_rows(output, self.datamodule.describe(batch)))
+        if self.errors:
+            log.warning("%d input(s) could not be read and were left out (on_error=skip): %s", len(self.errors),
+                        "; ".join(f"{w}: {r}" for w, r in self.errors[:5]) + (" ..." if len(self.errors) > 5 else ""))
         return rows
 
     def predict_to_file(self, source: str | Path, output: str | Path | None,
-                        batch_size: int | None = None) -> int:
+                        batch_size: int | None = None, on_error: str = "skip") -> int:
         """Predict and write ``output`` (``.csv`` / ``.jsonl``; None: JSON lines on stdout). Returns the row count."""
-        rows = self.predict(source, batch_size)
+        if output is not None:
+            _check_output(output)
+        rows = self.predict(source, batch_size, on_error)
         write_rows(rows, output)
         return len(rows)
+
+
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device} but no CUDA GPU is available on this machine; use device=cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+def _check_source(source: Any) -> Path:
+    """What predict reads must be a path to an existing file or folder."""
+    if not isinstance(source, (str, Path)):
+        raise ValueError(f"predict takes a path to a file or folder in the task's predict format (or a list of "
+                         f"paths), got a {type(source).__module__}.{type(source).__name__}; write the input to a "
+                         "file first (an image file, a .wav, a .txt with one sentence per line, a SMILES .csv ...)")
+    path = Path(source).expanduser()
+    if not path.exists():
+        shown = str(source) if len(str(source)) <= 80 else str(source)[:77] + "..."
+        raise ValueError(f"predict input {shown!r} is not an existing file or folder; predict reads its inputs from "
+                         "files (for raw text: a .txt file with one sentence per line)")
+    return path
+
+
+def _check_output(output: str | Path) -> None:
+    suffix = Path(output).suffix.lower()
+    if suffix not in OUTPUT_FORMATS:
+        raise ValueError(f"output={str(output)!r}: the file name must end in one of {OUTPUT_FORMATS}")
 
 
 def load(ckpt: str | Path, device: str | torch.device = "cpu", weights_only: bool = True) -> Predictor:
@@ -125,10 +185,9 @@ def write_rows(rows: Sequence[dict[str, Any]], output: str | Path | None) -> Non
         for row in rows:
             sys.stdout.write(json.dumps(row) + "\n")
         return
+    _check_output(output)
     output = Path(output)
     suffix = output.suffix.lower()
-    if suffix not in OUTPUT_FORMATS:
-        raise ValueError(f"output={str(output)!r}: the file name must end in one of {OUTPUT_FORMATS}")
     output.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".jsonl":
         with open(output, "w", encoding="utf-8") as f:
@@ -146,8 +205,8 @@ def write_rows(rows: Sequence[dict[str, Any]], output: str | Path | None) -> Non
 
 
 USAGE = "usage: python -m seqattn.predict ckpt=PATH input=FILE_OR_DIR [output=FILE.csv|FILE.jsonl] " \
-        "[batch_size=N] [device=cpu|cuda]"
-_ARGS = {"ckpt", "input", "output", "batch_size", "device"}
+        "[batch_size=N] [device=cpu|cuda] [on_error=skip|stop]"
+_ARGS = {"ckpt", "input", "output", "batch_size", "device", "on_error"}
 
 
 def parse_args(argv: Sequence[str]) -> dict[str, str]:
@@ -172,12 +231,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         predictor = load(args["ckpt"], device=args.get("device", "cpu"))
-        n = predictor.predict_to_file(args["input"], args.get("output"), args.get("batch_size"))
+        n = predictor.predict_to_file(args["input"], args.get("output"), args.get("batch_size"),
+                                      args.get("on_error", "skip"))
     except (ValueError, FileNotFoundError) as err:
         print(f"seqattn.predict: error: {err}", file=sys.stderr)
         return 2
     if args.get("output"):
         log.info("wrote %d rows to %s", n, args["output"])
+    if predictor.errors:
+        print(f"seqattn.predict: {len(predictor.errors)} input(s) could not be read and have no row:", file=sys.stderr)
+        for where, reason in predictor.errors:
+            print(f"  {where}: {reason}", file=sys.stderr)
+        return 1
     return 0
 
 

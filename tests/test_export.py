@@ -35,8 +35,9 @@ def test_torchscript_export_gives_the_same_outputs(task, tiny_run, tmp_path):
 
 
 def test_torchscript_traced_on_one_file_handles_a_padded_batch(tiny_run, tmp_path):
-    """Traced without padding, the module still applies the padding mask of a padded batch (the
-    all-real-tokens fast path is not taken while tracing)."""
+    """Traced without padding on the shortest file, the module still applies the padding mask of a
+    padded batch of longer files (the all-real-tokens fast path is not taken while tracing, and no
+    positional table of the example's length is baked in)."""
     from seqattn.export import export
 
     run = tiny_run("speech")
@@ -45,8 +46,8 @@ def test_torchscript_traced_on_one_file_handles_a_padded_batch(tiny_run, tmp_pat
     names = list(predictor.model.net.adapter.inputs)
     loader = predictor.datamodule.predict_loader(source, batch_size=64)
     batch = next(iter(loader))
-    longest = int(batch["lengths"].argmax())  # traced at the longest length: the sinusoidal table covers all
-    one = loader.dataset.items[longest]["path"]
+    shortest = int(batch["lengths"].argmin())
+    one = sorted(source.glob("*.wav"))[shortest]  # the loader reads the folder sorted
     path, example = export(run.best, "torchscript", tmp_path / "one.ts", one)
     assert len(example[0]) == 1
     inputs = tuple(batch[n] for n in names)
@@ -81,6 +82,34 @@ def test_onnx_export_gives_the_same_outputs_in_onnxruntime(task, tiny_run, tmp_p
         # ONNX decomposes the STFT of log-mel features differently: ~1e-4 after the log
         torch.testing.assert_close(torch.from_numpy(logits), want_logits, rtol=1e-3, atol=1e-3)
         assert torch.equal(torch.from_numpy(mask), want_mask)
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+@pytest.mark.parametrize("task", EXPORT_TASKS)
+def test_exported_from_the_checkpoint_alone_runs_on_inputs_three_times_longer(task, fmt, tiny_run, tmp_path):
+    """No input= and no data: the adapter's example exports; the exported model then takes an input 3x
+    the example's length (nothing sized by the example is baked into the graph)."""
+    from seqattn.export import export
+
+    if fmt == "onnx":
+        ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install 'seqattn[export]'")
+    run = tiny_run(task)
+    path, example = export(run.best, fmt, tmp_path / f"model.{fmt}")
+    predictor = seqattn.load(run.best)
+    net = predictor.model.net
+    names = list(net.export_input_names or net.input_names)
+    longer = net.adapter.example_inputs(batch=3, scale=3)
+    inputs = tuple(longer[n] for n in names)
+    assert inputs[0].shape[-1] >= 3 * example[0].shape[-1] - 2  # time, words or pixels per row
+    if fmt == "torchscript":
+        logits, mask = torch.jit.load(str(path))(*inputs)
+    else:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        logits, mask = (torch.from_numpy(a) for a in session.run(None, {n: x.numpy() for n, x in zip(names, inputs)}))
+    want_logits, want_mask = _reference(run, inputs)
+    assert logits.shape == want_logits.shape
+    torch.testing.assert_close(logits, want_logits, rtol=1e-3, atol=1e-3)
+    assert torch.equal(mask, want_mask)
 
 
 def test_export_arguments_are_checked(tmp_path):

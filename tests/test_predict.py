@@ -44,14 +44,23 @@ def test_cli_writes_csv_and_jsonl_with_one_row_per_input(task, tiny_run, tmp_pat
 
 @pytest.mark.parametrize("task", WORKFLOW_TASKS)
 def test_the_predictor_needs_only_the_checkpoint(task, tiny_run, tmp_path):
-    """The checkpoint alone rebuilds the model: same weights and outputs as the trained one."""
+    """The checkpoint alone (weights, spec, data config) rebuilds the model the run tested: scoring the
+    test split with it gives the test metrics the run reported from memory."""
+    import lightning as L
+    from hydra.utils import instantiate
+
     run = tiny_run(task)
     checkpoint = read_checkpoint(run.best)  # weights_only=True
-    model = seqattn.load(run.best).model
-    for name, tensor in model.state_dict().items():
-        torch.testing.assert_close(tensor, checkpoint["state_dict"][name], msg=name)
     assert checkpoint["seqattn_config"]["task_name"] == task
-    assert not model.training
+    predictor = seqattn.load(run.best)
+    assert not predictor.model.training
+    datamodule = instantiate(checkpoint["seqattn_config"]["data"], _convert_="all")
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    scored = trainer.test(predictor.model, datamodule=datamodule, verbose=False)[0]
+    reported = {k: v for k, v in run.metrics.items() if k.startswith("test/") and isinstance(v, float)}
+    assert reported and set(reported) <= set(scored)
+    for key, value in reported.items():
+        assert scored[key] == pytest.approx(value, abs=1e-5), key
 
 
 def test_not_a_checkpoint_is_refused_with_a_clear_message(tmp_path):
@@ -80,6 +89,63 @@ def test_predict_arguments_are_checked():
         parse_args(["ckpt=a"])
     with pytest.raises(ValueError, match="batch_size='zero'"):
         parse_args(["ckpt=a", "input=b", "batch_size=zero"])
+
+
+def test_unreadable_inputs_are_listed_and_the_readable_ones_predicted(tiny_run, tmp_path, capsys):
+    run = tiny_run("image")
+    source = TASKS["image"].predict_inputs(run.cfg, tmp_path / "inputs")
+    (source / "broken.png").write_bytes(b"not an image")
+    good = len(list(source.glob("shape_*.png")))
+    predictor = seqattn.load(run.best)
+    rows = predictor.predict(source)
+    assert len(rows) == good and "broken.png" not in {r["id"] for r in rows}
+    assert len(predictor.errors) == 1 and predictor.errors[0][0].endswith("broken.png")
+    with pytest.raises(ValueError, match="broken.png"):
+        predictor.predict(source, on_error="stop")
+    out = tmp_path / "p.jsonl"
+    assert predict_main([f"ckpt={run.best}", f"input={source}", f"output={out}"]) == 1  # rows written, exit 1
+    assert len(out.read_text().splitlines()) == good
+    assert "broken.png" in capsys.readouterr().err
+
+
+def test_a_clip_too_short_and_a_bad_smiles_are_skipped_with_the_reason(tiny_run, tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    speech = tiny_run("speech")
+    folder = TASKS["speech"].predict_inputs(speech.cfg, tmp_path / "audio")
+    sf.write(folder / "tiny.wav", np.zeros(50, dtype=np.float32), 16000)
+    predictor = seqattn.load(speech.best)
+    rows = predictor.predict(folder, batch_size=2)
+    assert len(rows) == 5 and [w for w, _ in predictor.errors] == [str(folder / "tiny.wav")]
+    assert "shorter than the analysis window" in predictor.errors[0][1]
+
+    molecule = tiny_run("molecule")
+    source = TASKS["molecule"].predict_inputs(molecule.cfg, tmp_path / "mol")
+    source.write_text(source.read_text() + "C1CC(\n")
+    predictor = seqattn.load(molecule.best)
+    rows = predictor.predict(source)
+    assert len(rows) == 6 and predictor.errors[0][0].endswith("molecules.csv:8")
+
+
+def test_predict_takes_paths_and_says_what_it_takes_otherwise(tiny_run, tmp_path):
+    from PIL import Image
+
+    run = tiny_run("text_cls")
+    source = TASKS["text_cls"].predict_inputs(run.cfg, tmp_path / "inputs")
+    predictor = seqattn.load(run.best)
+    one = predictor.predict(source)
+    assert len(predictor.predict([source, source])) == 2 * len(one)  # a list of inputs
+    with pytest.raises(ValueError, match="not an existing file or folder.*one sentence per line"):
+        predictor.predict("the film was not bad")
+    with pytest.raises(ValueError, match="got a PIL.Image.Image"):
+        predictor.predict(Image.new("RGB", (4, 4)))
+    with pytest.raises(ValueError, match="empty list"):
+        predictor.predict([])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU is available"):
+            seqattn.load(run.best, device="cuda")
+        assert predict_main([f"ckpt={run.best}", f"input={source}", "device=cuda"]) == 2
 
 
 def test_unknown_output_format_is_refused(tmp_path):

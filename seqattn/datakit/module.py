@@ -35,6 +35,48 @@ from seqattn.labels import SPLITS
 log = logging.getLogger("seqattn.datakit")
 
 
+ON_ERROR = ("skip", "stop")
+
+
+class _Skipped:
+    """A prediction item that could not be read: where it is and why."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where, self.reason = where, reason
+
+
+class SkipBadItems(Dataset):
+    """Wraps a prediction dataset: an item whose reading raises ``ValueError`` (an unreadable file, a
+    clip shorter than one window) becomes a record of the failure instead of stopping the run."""
+
+    def __init__(self, dataset: Dataset, where: Callable[[int], str] | None = None) -> None:
+        self.dataset, self.where = dataset, where
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        try:
+            return self.dataset[index]
+        except ValueError as err:
+            return _Skipped(self.where(index) if self.where else f"item {index}", str(err))
+
+
+def collate_skipping(collate: Callable[[list[Any]], dict[str, Any]]) -> Callable[[list[Any]], dict[str, Any]]:
+    """``collate`` over the readable items; the failures ride along as ``batch["skipped"]`` =
+    ``[(where, reason), ...]`` (a batch of only failures has no other keys)."""
+
+    def wrapped(items: list[Any]) -> dict[str, Any]:
+        good = [it for it in items if not isinstance(it, _Skipped)]
+        skipped = [(it.where, it.reason) for it in items if isinstance(it, _Skipped)]
+        batch = collate(good) if good else {}
+        if skipped:
+            batch["skipped"] = skipped
+        return batch
+
+    return wrapped
+
+
 class ListDataset(Dataset):
     """A list of prepared items."""
 
@@ -99,6 +141,10 @@ class TaskDataModule(L.LightningDataModule):
         self.encoding = encoding
         self._labels: list[str] | None = list(labels) if labels is not None else None
         self.datasets: dict[str, Dataset] = {}
+        #: prediction: ``skip`` (default) predicts every readable item and lists the others in
+        #: ``predict_errors``; ``stop`` raises at the first bad one. Set by ``seqattn.predict``.
+        self.on_error = "skip"
+        self.predict_errors: list[tuple[str, str]] = []
 
     # -- labels ---------------------------------------------------------------------------------
     @property
@@ -194,6 +240,21 @@ class TaskDataModule(L.LightningDataModule):
         return self.split_loader("test")
 
     # -- predict protocol -----------------------------------------------------------------------
+    def predict_batches(self, dataset: Dataset, batch_size: int | None = None,
+                        where: Callable[[int], str] | None = None, collate: Callable | None = None) -> DataLoader:
+        """The loader of a prediction dataset: in order; with ``on_error="skip"`` an unreadable item is
+        recorded (``batch["skipped"]``) instead of stopping (see :class:`SkipBadItems`)."""
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error={self.on_error!r} is not one of {ON_ERROR}")
+        collate = collate or self.collate
+        if self.on_error == "skip":
+            dataset, collate = SkipBadItems(dataset, where), collate_skipping(collate)
+        return self.loader(dataset, shuffle=False, batch_size=batch_size, collate=collate)
+
+    def record_skipped(self, bad: Iterable[tuple[str, str]]) -> None:
+        """Inputs left out while reading a prediction source (``on_error="skip"``): kept for the report."""
+        self.predict_errors.extend(bad)
+
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
         """Batches of a user's unlabeled inputs read from ``source`` (a file or folder in the task's
         predict format). Needs no ``setup()``: what it needs comes from this module's config."""

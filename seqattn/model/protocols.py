@@ -11,6 +11,8 @@ Adapter (:class:`AdapterBase`):
     ``exportable``        False when the adapter builds structure in Python per batch (graphs).
     ``spec_fields``       constructor arguments filled from the data's spec (see below).
     ``check_spec(spec)``  raise ``ValueError`` when the data does not provide what it reads.
+    ``example_inputs(batch=2, scale=1)``  a batch of its export inputs built from the adapter alone
+                          (``seqattn.export`` without ``input=``); ``scale`` makes them longer / larger.
 
 Encoder (the core :class:`~seqattn.core.Encoder` or a baseline):
     ``dim``               model width D; ``forward(tokens, return_attention=False)``.
@@ -38,7 +40,8 @@ from typing import Any, ClassVar, Mapping
 
 from torch import nn
 
-ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec")
+ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec",
+                 "example_inputs")
 HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields")
 
 
@@ -70,6 +73,12 @@ class AdapterBase(nn.Module):
 
     def check_spec(self, spec: Any) -> None:
         """Raise ``ValueError`` when the data's spec does not provide what this adapter reads."""
+
+    def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, Any]:
+        """A batch of inputs for tracing / export, from the adapter alone (no data): ``batch`` items,
+        ``scale`` times the default length or size."""
+        raise ValueError(f"{type(self).__name__} has no example inputs: export it with input=<a file in the task's "
+                         "predict format>")
 
 
 class HeadBase(nn.Module):

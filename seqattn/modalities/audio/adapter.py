@@ -40,6 +40,14 @@ class AudioAdapter(AdapterBase):
         self.proj = nn.Linear(self.features.feature_dim, dim)
         self.dropout = nn.Dropout(dropout)
 
+    def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, torch.Tensor]:
+        """``waveform [B, T]`` of quiet noise (T = ``scale`` s of audio, the last item shorter) and ``lengths [B]``."""
+        n = int(self.features.sample_rate * scale)
+        g = torch.Generator().manual_seed(0)
+        lengths = torch.tensor([n - (n // 4) * (i % 2) for i in range(batch)], dtype=torch.long)
+        waveform = 0.05 * torch.randn(batch, n, generator=g) * (torch.arange(n)[None] < lengths[:, None])
+        return {"waveform": waveform, "lengths": lengths}
+
     def forward(self, waveform: torch.Tensor, lengths: torch.Tensor | None = None) -> Tokens:
         """``waveform [B, T]`` (or ``[T]``), ``lengths [B]`` -> Tokens(x ``[B, F, dim]``, mask ``[B, F]``).
 

@@ -277,8 +277,11 @@ class SpeechDataModule(TaskDataModule):
         ``lengths [B]``, ``ids``. Needs no ``setup()``: the framing comes from this datamodule's config."""
         if batch_size is not None and batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        dataset = AudioFileDataset(read_audio_list(source, self.encoding), self.sample_rate, self.win)
-        return self.loader(dataset, shuffle=False, batch_size=batch_size)
+        bad: list[tuple[str, str]] = []
+        items = read_audio_list(source, self.encoding, skipped=bad if self.on_error == "skip" else None)
+        self.record_skipped(bad)
+        dataset = AudioFileDataset(items, self.sample_rate, self.win)
+        return self.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"])
 
     def describe(self, batch: Mapping[str, Any]) -> list[Item]:
         """Per utterance: ``duration_s``, ``hop_s`` and the time span of each frame (rows get ``segments``)."""

@@ -97,13 +97,16 @@ def _item(raw: Mapping[str, Any], base: Path, where: str, encoding: str) -> dict
             "id": _ident(audio, base), "where": where, "raw": dict(raw)}
 
 
-def read_manifest(path: str | Path, encoding: str = "utf-8", require_segments: bool = True) -> list[dict[str, Any]]:
+def read_manifest(path: str | Path, encoding: str = "utf-8", require_segments: bool = True,
+                  skipped: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """Read a JSONL or CSV manifest (see the module docstring).
 
     Returns one dict per utterance: ``path`` (absolute), ``segments`` ``[(start_s, end_s, label)]``
     (None without frame labels), ``split`` (``train``/``val``/``test`` or None), ``speaker`` (or
     None), ``id``, ``where`` (``file:line``) and ``raw`` (the line's fields). With
-    ``require_segments`` a line without ``segments`` / ``labels`` is an error.
+    ``require_segments`` a line without ``segments`` / ``labels`` is an error. With a ``skipped`` list,
+    a line whose audio file is missing is left out and recorded there as ``(file:line, reason)``
+    (prediction); otherwise it is an error.
     """
     path = existing_file(path, "manifest")
     base = path.parent
@@ -114,23 +117,32 @@ def read_manifest(path: str | Path, encoding: str = "utf-8", require_segments: b
         rows = [(table.where(line), row) for line, row in table.rows]
     else:
         rows = [(where, raw) for _, where, raw in read_jsonl(path, encoding, "manifest")]
-    items = [_item(raw, base, where, encoding) for where, raw in rows]
+    items = []
+    for where, raw in rows:
+        try:
+            items.append(_item(raw, base, where, encoding))
+        except ValueError as err:
+            if skipped is None or "does not exist" not in str(err):
+                raise
+            skipped.append((where, str(err).split(": ", 1)[-1]))
     if require_segments:
         for it in items:
             if it["segments"] is None:
                 raise ValueError(f"{it['where']}: missing key 'segments' (inline [start_s, end_s, label] list) or "
                                  "'labels' (a label file)")
-    if not items:
+    if not items and not skipped:
         raise ValueError(f"manifest {path} lists no audio files")
     return items
 
 
-def read_audio_list(source: str | Path, encoding: str = "utf-8") -> list[dict[str, str]]:
+def read_audio_list(source: str | Path, encoding: str = "utf-8",
+                    skipped: list[tuple[str, str]] | None = None) -> list[dict[str, str]]:
     """What to predict on -> ``[{"path", "id", "where"}]``.
 
     ``source`` is an audio file, a folder (every file ending in one of ``AUDIO_SUFFIXES``, searched
     recursively, sorted; ids are paths relative to the folder without suffix) or a manifest
-    (``.jsonl`` / ``.csv`` with a ``path`` column; labels are not needed and ignored).
+    (``.jsonl`` / ``.csv`` with a ``path`` column; labels are not needed and ignored). With a
+    ``skipped`` list, manifest lines naming missing files are recorded there instead of raising.
     """
     source = Path(source).expanduser()
     if source.is_dir():
@@ -142,7 +154,7 @@ def read_audio_list(source: str | Path, encoding: str = "utf-8") -> list[dict[st
         raise ValueError(f"input {source} does not exist (expected an audio file, a folder or a manifest)")
     if source.suffix.lower() not in (".jsonl", ".csv", ".tsv"):
         return [{"path": str(source), "id": source.stem, "where": str(source)}]
-    items = read_manifest(source, encoding, require_segments=False)
+    items = read_manifest(source, encoding, require_segments=False, skipped=skipped)
     return [{"path": it["path"], "id": it["id"], "where": it["where"]} for it in items]
 
 

@@ -321,12 +321,15 @@ class MoleculeDataModule(TaskDataModule):
             records = read_smiles_lines(path, self.encoding)
         else:
             records = read_smiles_table(path, self.smiles_column, (), id_column=self.id_column, encoding=self.encoding)
-        graphs, invalid = featurize_records(records, self.skip_invalid_predict, self.positional, self.pe_dim)
+        skip = self.skip_invalid_predict or self.on_error == "skip"
+        graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim)
+        self.record_skipped((entry.rsplit(": ", 1)[0], f"RDKit cannot parse the SMILES {entry.rsplit(': ', 1)[-1]}")
+                            for entry in invalid)
         if not graphs:
             raise ValueError(f"{path}: no valid SMILES to predict (invalid: {invalid[:10]})")
         for g in graphs:
             g.pop("targets")
-        return self.loader(GraphListDataset(graphs), shuffle=False, batch_size=batch_size)
+        return self.predict_batches(GraphListDataset(graphs), batch_size)
 
     def describe(self, batch: Mapping[str, Any]) -> list[Item]:
         """Per molecule: its ``smiles``."""

@@ -152,6 +152,14 @@ class ImageAdapter(AdapterBase):
             table = F.interpolate(table[None], size=(h, w), mode="bilinear", align_corners=False)[0]  # [D, h, w]
         return table.flatten(1).transpose(0, 1).to(x.dtype)  # [h·w, D]
 
+    def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, torch.Tensor]:
+        """``images [B, C, H, W]`` (the training size, or 16×16, times ``scale``) and ``pixel_mask``."""
+        h, w = ((self.grid[0] * self.patch, self.grid[1] * self.patch) if self.grid is not None else (16, 16))
+        h, w = h * scale, w * scale
+        g = torch.Generator().manual_seed(0)
+        return {"images": torch.rand(batch, self.in_channels, h, w, generator=g),
+                "pixel_mask": torch.ones(batch, h, w, dtype=torch.bool)}
+
     def forward(self, images: torch.Tensor, pixel_mask: torch.Tensor | None = None) -> Tokens:
         """``images [B, C, H, W]`` (C = in_channels, or 1 = grayscale), ``pixel_mask [B, H, W]`` bool
         (True = real pixel; None = all real) -> Tokens ``x [B, h·w, D]`` (see the class docstring)."""

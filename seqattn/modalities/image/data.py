@@ -300,9 +300,11 @@ class ImageDataModule(TaskDataModule):
         files = list_image_files(source)
         base = source if source.is_dir() else source.parent
         items = [{"path": str(p), "where": str(p), "id": str(p.relative_to(base))} for p in files]
-        loaded, items, bad = load_images(items, self.image_size, self.resize, self.on_bad_file)
+        on_bad = "skip" if self.on_error == "skip" else self.on_bad_file
+        loaded, items, bad = load_images(items, self.image_size, self.resize, on_bad)
         self.skipped = bad
+        self.record_skipped(bad)
         if not items:
             raise ValueError(f"no readable images under {source}")
         dataset = ImageDataset([f[0] for f in loaded], [f[1] for f in loaded], None, [it["id"] for it in items])
-        return self.loader(dataset, shuffle=False, batch_size=batch_size)
+        return self.predict_batches(dataset, batch_size)

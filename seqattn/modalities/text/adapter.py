@@ -181,6 +181,15 @@ class TextAdapter(AdapterBase):
         ids, mask = self.encode(batch["words"])
         return {"ids": ids, "mask": mask}
 
+    def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, torch.Tensor]:
+        """``ids [B, L]`` of vocabulary words (L = 8 ``scale``, the last item shorter) and ``mask [B, L]``."""
+        length = 8 * scale
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(2, max(3, len(self.vocab)), (batch, length), generator=g)
+        lengths = torch.tensor([length - (length // 4) * (i % 2) for i in range(batch)])
+        mask = torch.arange(length)[None] < lengths[:, None]  # [B, L]
+        return {"ids": ids.masked_fill(~mask, 0), "mask": mask}
+
     def forward(self, words: Sequence[Sequence[str]] | None = None, *, ids: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> Tokens:
         """``words`` (B sentences of words) -> Tokens(x ``[B, L, D]``, mask ``[B, L]``).

@@ -214,7 +214,7 @@ class _TextDataModule(TaskDataModule):
         if not items:
             raise ValueError(f"{path}: no sentences to predict")
         data = ListDataset([{"tokens": it["tokens"], "id": it["id"]} for it in items])
-        return self.loader(data, shuffle=False, batch_size=batch_size)
+        return self.predict_batches(data, batch_size, where=lambda i: items[i]["where"])
 
 
 class TaggingDataModule(_TextDataModule):
