@@ -8,6 +8,7 @@ import torch
 
 from seqattn.objectives import SequenceLabeling
 from seqattn.run import train
+from tests.workflows import accuracy_from_confusion, macro_f1_from_confusion
 
 TINY = [
     "task=speech",
@@ -40,7 +41,9 @@ def test_speech_recipe_learns_and_writes_its_artefacts(compose_cfg):
     assert (out / "test_utterance.png").stat().st_size > 10_000
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["test/acc"] == pytest.approx(metrics["test/acc"])
-    assert 0.0 <= saved["test/f1"] <= 1.0
+    assert saved["test/acc"] == pytest.approx(accuracy_from_confusion(saved["confusion_matrix"]), abs=1e-6)
+    assert saved["test/f1"] == pytest.approx(macro_f1_from_confusion(saved["confusion_matrix"]), abs=1e-5)
+    assert saved["test/f1"] != pytest.approx(saved["test/acc"], abs=1e-3)  # macro, not micro: they differ here
 
     from hydra.utils import instantiate
 

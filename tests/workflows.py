@@ -201,3 +201,23 @@ def assert_rows_close(got: Any, want: Any, atol: float = 1e-4, where: str = "row
         assert got == pytest.approx(want, abs=atol), (where, got, want)
     else:
         assert got == want, (where, got, want)
+
+
+def macro_f1_from_confusion(matrix) -> float:
+    """Macro-F1 computed by hand from a confusion matrix (rows true, columns predicted): the mean over
+    classes that occur (as truth or prediction) of 2·TP / (2·TP + FP + FN) -- torchmetrics' definition."""
+    import torch
+
+    m = torch.as_tensor(matrix, dtype=torch.float64)
+    tp = m.diagonal()
+    fp, fn = m.sum(0) - tp, m.sum(1) - tp
+    present = (tp + fp + fn) > 0
+    f1 = 2 * tp / (2 * tp + fp + fn).clamp_min(1e-12)
+    return float(f1[present].mean())
+
+
+def accuracy_from_confusion(matrix) -> float:
+    import torch
+
+    m = torch.as_tensor(matrix, dtype=torch.float64)
+    return float(m.diagonal().sum() / m.sum())

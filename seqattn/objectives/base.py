@@ -18,6 +18,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
+from torchmetrics import MeanMetric
 
 from seqattn.datakit.spec import DataSpec
 from seqattn.model.build import build_network
@@ -83,6 +84,8 @@ class Objective(L.LightningModule):
         self.labels = labels
         # keys carry a suffix: a ModuleDict key "train" would shadow nn.Module.train
         self.metrics = nn.ModuleDict({f"{stage}_metrics": self.make_metrics() for stage in ("train", "val", "test")})
+        # val / test epoch loss: a weighted mean whose sums torchmetrics adds up across processes (DDP)
+        self.epoch_loss = nn.ModuleDict({f"{stage}_loss": MeanMetric() for stage in ("val", "test")})
 
     run_config: dict | None = None  # the whole resolved run config, set by seqattn.run.train
     # metric name -> why it is undefined (NaN) this run, e.g. ROC-AUC on a split with one class
@@ -129,8 +132,12 @@ class Objective(L.LightningModule):
         self.update_stage_metrics(stage, preds, targets)
         weight = self.loss_weight(out, batch)
         if weight > 0:  # a batch with nothing labeled adds nothing to the epoch loss
-            self.log(f"{stage}/loss", loss, prog_bar=stage != "test", on_step=stage == "train", on_epoch=True,
-                     batch_size=weight)
+            if stage == "train":
+                self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=weight)
+            else:  # the mean over every labeled example of the split, on every process together
+                mean = self.epoch_loss[f"{stage}_loss"]
+                mean.update(loss.detach().float(), weight)
+                self.log(f"{stage}/loss", mean, prog_bar=stage == "val", on_step=False, on_epoch=True)
         self.log_dict({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=stage == "val", on_step=False,
                       on_epoch=True, batch_size=int(out["logits"].shape[0]))
         return loss

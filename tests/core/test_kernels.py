@@ -64,9 +64,10 @@ def test_float_bias_equals_bool_mask():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
-def test_sdpa_equals_torch_sdpa_without_mask():
+@pytest.mark.parametrize("kernel", ["math", "sdpa"])
+def test_exact_kernels_equal_torch_sdpa_without_mask(kernel):
     q, k, v = _qkv()
-    ours = scaled_dot_product_attention(q, k, v, kernel="math")
+    ours = scaled_dot_product_attention(q, k, v, kernel=kernel)
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
 
 

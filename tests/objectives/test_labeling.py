@@ -145,3 +145,21 @@ def test_subset_counts_merge_like_ddp_processes_do():
     expected = float((preds[subset] == targets[subset]).float().mean())
     assert float(whole.compute()) == pytest.approx(expected) == pytest.approx(float(rank0.compute()))
     assert {type(rank0).__dict__.get("full_state_update"), rank0._reductions["correct"].__name__} == {False, "dim_zero_sum"}
+
+
+def test_f1_is_macro_over_classes_checked_against_a_count_by_hand():
+    """Imbalanced classes: macro-F1 (the mean of per-class F1) differs from micro-F1 (= accuracy)."""
+    from tests.workflows import macro_f1_from_confusion
+
+    model = SequenceLabeling(net=NET, labels=["a", "b", "c"])
+    g = torch.Generator().manual_seed(3)
+    targets = torch.cat([torch.zeros(70, dtype=torch.long), torch.ones(20, dtype=torch.long),
+                         torch.full((10,), 2, dtype=torch.long)])
+    preds = torch.where(torch.rand(100, generator=g) < 0.7, targets, torch.randint(0, 3, (100,), generator=g))
+    metrics = model.metrics["test_metrics"]
+    metrics.update(preds, targets)
+    result = metrics.compute()
+    matrix = [[int(((targets == t) & (preds == p)).sum()) for p in range(3)] for t in range(3)]
+    assert float(result["f1"]) == pytest.approx(macro_f1_from_confusion(matrix), abs=1e-6)
+    assert float(result["acc"]) == pytest.approx(float((preds == targets).float().mean()), abs=1e-6)
+    assert abs(float(result["f1"]) - float(result["acc"])) > 0.02  # micro would equal the accuracy

@@ -239,6 +239,20 @@ class SpeechDataModule(TaskDataModule):
         log.info("speech data from %s: %s utterances, %d labels %s", path,
                  {n: len(d) for n, d in self.datasets.items()}, len(self._labels), self._labels)
 
+    #: segments may end this far past the end of the audio (seconds) before it is an error
+    TIME_TOLERANCE_S = 0.05
+
+    def _check_times(self, item: Mapping[str, Any], duration: float) -> None:
+        """Segment times must lie inside the audio: times in milliseconds, segments past the end or a
+        truncated file would otherwise train on wrong frame labels."""
+        end = max((seg[1] for seg in item["segments"]), default=0.0)
+        if end <= duration + max(self.TIME_TOLERANCE_S, 0.02 * duration):
+            return
+        hint = (" -- segment times are seconds: are these milliseconds?" if end > 100 * max(duration, 1e-3) else
+                "; is the audio file truncated, or do the labels belong to another file?")
+        raise ValueError(f"{item['where']}: segments end at {end:g} s but {item['path']} lasts {duration:.3f} s "
+                         f"({int(round(duration * self.sample_rate))} samples){hint}")
+
     def _drop_short(self, split_name: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Skip (and count) files shorter than one analysis window; count unlabelled frames."""
         kept, short, unlabelled, total = [], [], 0, 0
@@ -248,6 +262,7 @@ class SpeechDataModule(TaskDataModule):
             except Exception as err:  # LibsndfileError / RuntimeError
                 raise ValueError(f"{it['where']}: cannot read audio file {it['path']}: {err}") from err
             n = int(np.ceil(info.frames * self.sample_rate / info.samplerate))  # after resampling
+            self._check_times(it, info.frames / info.samplerate)
             if n < self.win:
                 short.append(it["where"])
                 continue

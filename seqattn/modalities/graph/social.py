@@ -15,6 +15,8 @@ Sources (``SocialDataModule(source=...)``):
   e.g. a ``weight``). Column names are configurable. A malformed row raises ValueError with
   ``file:line``; an edge naming a node the node CSV does not list is an error listing the
   first such rows (or, with ``unknown_nodes=skip``, skipped and counted in the log).
+- ``planetoid``: a citation graph (``name``: Cora, CiteSeer, PubMed) with its standard split, read
+  offline from the raw files PyG's ``Planetoid`` reads (``root``), written as the same two CSVs.
 
 File formats: :mod:`seqattn.modalities.graph.social_files`.
 
@@ -56,6 +58,7 @@ from seqattn.modalities.graph.social_files import (
     NodeTable,
     coalesce_edges,
     karate_csv,
+    planetoid_csv,
     read_edge_csv,
     read_node_csv,
     sbm_csv,
@@ -63,7 +66,7 @@ from seqattn.modalities.graph.social_files import (
 
 log = logging.getLogger("seqattn.modalities.graph")
 
-SOURCES = ("karate", "sbm", "csv")
+SOURCES = ("karate", "sbm", "csv", "planetoid")
 MODES = ("auto", "full", "sampled")
 
 
@@ -187,7 +190,11 @@ class SocialDataModule(TaskDataModule):
     """Node classification on one graph (see the module docstring for sources, batches and modes).
 
     Args:
-        source: ``karate`` | ``sbm`` | ``csv``; None: ``csv`` when ``nodes`` is given, else ``karate``.
+        source: ``karate`` | ``sbm`` | ``csv`` | ``planetoid``; None: ``csv`` when ``nodes`` is given, else
+            ``karate``.
+        name, root: ``planetoid``: the graph (Cora, CiteSeer, PubMed) and a folder holding ``<name>/raw/``
+            (the files PyG's Planetoid reads; read offline), None = PyG's download into ``data_dir``.
+        normalize_features: ``none`` | ``row`` (each node's features divided by their sum).
         nodes, edges: the node and edge CSV files (``source=csv``).
         id_column, label_column, split_column, feature_columns: node CSV columns
             (``feature_columns=None``: every other column).
@@ -236,6 +243,9 @@ class SocialDataModule(TaskDataModule):
         pe_dim: int = 8,
         sbm: dict | None = None,
         encoding: str = "utf-8",
+        name: str = "Cora",
+        root: str | None = None,
+        normalize_features: str = "none",
     ) -> None:
         if source is None:
             source = "csv" if nodes or edges else "karate"
@@ -274,6 +284,10 @@ class SocialDataModule(TaskDataModule):
         self.steps_per_epoch = steps_per_epoch
         self.positional, self.pe_dim = positional, int(pe_dim)
         self.sbm = dict(sbm or {})
+        self.name, self.root = name, root
+        if normalize_features not in ("none", "row"):
+            raise ValueError(f"normalize_features={normalize_features!r} is not one of ('none', 'row')")
+        self.normalize_features = normalize_features
         self._pe: torch.Tensor | None = None  # [N, K] of the whole graph, computed once
         self.graph: SocialGraph | None = None
 
@@ -284,6 +298,8 @@ class SocialDataModule(TaskDataModule):
             folder = karate_csv(self.data_dir)
         elif self.source == "sbm":
             folder = sbm_csv(self.data_dir, **self.sbm)
+        elif self.source == "planetoid":
+            folder = planetoid_csv(self.data_dir, self.name, self.root)
         else:
             return Path(self.nodes).expanduser(), Path(self.edges).expanduser()
         return folder / "nodes.csv", folder / "edges.csv"
@@ -314,6 +330,8 @@ class SocialDataModule(TaskDataModule):
         """Read the two CSVs: the node table and ``edge_index [2, E]`` / ``edge_attr`` after
         symmetrising (``undirected``) and merging repeats."""
         table = read_node_csv(nodes_path, **self.node_columns, encoding=self.encoding)
+        if self.normalize_features == "row":  # each node's features sum to 1 (bag-of-words counts, GAT/GCN)
+            table.x = table.x / table.x.sum(dim=1, keepdim=True).clamp_min(1e-12)
         edge_index, edge_attr = read_edge_csv(edges_path, table.index, unknown_nodes=self.unknown_nodes,
                                               **self.edge_columns, encoding=self.encoding)
         edge_index, edge_attr = coalesce_edges(edge_index, edge_attr, len(table.ids), self.undirected,

@@ -194,16 +194,16 @@ def coalesce_edges(edge_index: torch.Tensor, edge_attr: torch.Tensor | None, num
 
 
 def _write_graph_csv(folder: Path, ids: Sequence[str], x: torch.Tensor, labels: Sequence[str],
-                     edges: torch.Tensor, prefix: str = "f") -> Path:
-    """Write ``nodes.csv`` (``id,f0..,label``) and ``edges.csv`` (``source,target``) atomically."""
+                     edges: torch.Tensor, prefix: str = "f", splits: Sequence[str] | None = None) -> Path:
+    """Write ``nodes.csv`` (``id,f0..,label[,split]``) and ``edges.csv`` (``source,target``) atomically."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tmp-{os.getpid()}"
     tmp.mkdir(exist_ok=True)
     with open(tmp / "nodes.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["id", *[f"{prefix}{j}" for j in range(x.shape[1])], "label"])
-        for node, row, label in zip(ids, x.tolist(), labels):
-            w.writerow([node, *[f"{v:.6g}" for v in row], label])
+        w.writerow(["id", *[f"{prefix}{j}" for j in range(x.shape[1])], "label"] + (["split"] if splits else []))
+        for i, (node, row, label) in enumerate(zip(ids, x.tolist(), labels)):
+            w.writerow([node, *[f"{v:.6g}" for v in row], label] + ([splits[i]] if splits else []))
     with open(tmp / "edges.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["source", "target"])
@@ -228,6 +228,62 @@ def karate_csv(data_dir: str | Path) -> Path:
     ids = [str(i) for i in range(g.num_nodes)]
     once = g.edge_index[:, g.edge_index[0] < g.edge_index[1]]  # [2, 78]
     return _write_graph_csv(folder, ids, g.x, [f"c{int(c)}" for c in g.y], once)
+
+
+PLANETOID = ("Cora", "CiteSeer", "PubMed")
+
+
+def planetoid_csv(data_dir: str | Path, name: str = "Cora", root: str | Path | None = None) -> Path:
+    """A Planetoid citation graph (Cora, CiteSeer, PubMed) with its standard split (20 labelled nodes
+    per class for training, 500 validation, 1,000 test) as ``nodes.csv`` (with a ``split`` column) +
+    ``edges.csv`` under ``data_dir/planetoid/<name>/csv``.
+
+    The raw files are the ones ``torch_geometric.datasets.Planetoid`` reads (``ind.<name>.x``, ``.tx``,
+    ``.allx``, ``.y``, ``.ty``, ``.ally``, ``.graph``, ``.test.index``): from ``root/<name>/raw/`` when
+    ``root`` is given (copied, since PyG writes its processed files next to them), else downloaded by
+    PyG into ``data_dir/planetoid``; offline without them, the error names the files to place there.
+    Labels are ``c0 .. c{k-1}`` (PyG's class indices) on the nodes of the three splits; the other nodes
+    are the unlabelled rest of the semi-supervised setting. Features are the raw bag-of-words vectors.
+    """
+    import shutil
+
+    match = {n.lower(): n for n in PLANETOID}.get(str(name).lower())
+    if match is None:
+        raise ValueError(f"unknown Planetoid graph {name!r}; expected one of {PLANETOID}")
+    base = Path(data_dir).expanduser() / "planetoid"
+    folder = base / match / "csv"
+    if (folder / "nodes.csv").is_file() and (folder / "edges.csv").is_file():
+        return folder
+    raw = base / match / "raw"
+    files = [f"ind.{match.lower()}.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
+    if root is not None and not all((raw / f).is_file() for f in files):
+        source = Path(root).expanduser() / match / "raw"
+        if not source.is_dir():
+            source = Path(root).expanduser()  # the raw folder itself
+        missing = [f for f in files if not (source / f).is_file()]
+        if missing:
+            raise ValueError(f"data.root={root}: {source} lacks the Planetoid raw files {missing}")
+        raw.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copyfile(source / f, raw / f)
+    from torch_geometric.datasets import Planetoid
+
+    try:
+        data = Planetoid(str(base), match)[0]
+    except ImportError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- URLError, HTTP errors, a broken raw file
+        raise ValueError(f"could not read or download Planetoid {match} ({type(err).__name__}: {err}); offline, place "
+                         f"{', '.join(files)} into {raw} (or give data.root=<folder with {match}/raw/>)") from err
+    ids = [str(i) for i in range(data.num_nodes)]
+    splits = ["train" if t else "val" if v else "test" if s else "" for t, v, s in
+              zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
+    once = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
+    log.info("Planetoid %s: %d nodes, %d edges, %d features -> %s", match, data.num_nodes, once.shape[1],
+             data.x.shape[1], folder)
+    # nodes outside the three splits are the unlabelled rest of the semi-supervised setting: no label
+    labels = [f"c{int(c)}" if s else "" for c, s in zip(data.y.tolist(), splits)]
+    return _write_graph_csv(folder, ids, data.x, labels, once, splits=splits)
 
 
 def sbm_csv(data_dir: str | Path, num_nodes: int = 3000, blocks: int = 4, avg_degree: float = 10.0,

@@ -65,7 +65,8 @@ class ImageAdapter(AdapterBase):
         image_size: ``H`` or ``(H, W)`` of the training images: ``learned2d``'s grid is
             ``ceil(H / p) × ceil(W / p)`` unless ``grid`` is given.
         grid: ``(h, w)`` token grid of ``learned2d`` (pixels: the image size; patches: size / p).
-        interpolate: ``learned2d`` only: resize the table to another grid instead of raising.
+        interpolate: ``learned2d`` only: resize the table to another grid instead of raising; in a padded
+            batch each image's table is resized to its own grid (the same positions as alone).
         window: odd ``k``: each token attends only to its ``k×k`` grid neighbourhood; None = global.
         normalize: ``fixed`` -- ``(x - mean) / std`` per channel with the given values; ``image`` --
             per image and channel over its real pixels (zero mean, unit std: the background colour,
@@ -160,6 +161,22 @@ class ImageAdapter(AdapterBase):
         return {"images": torch.rand(batch, self.in_channels, h, w, generator=g),
                 "pixel_mask": torch.ones(batch, h, w, dtype=torch.bool)}
 
+    def _positions_per_image(self, real: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``learned2d`` with ``interpolate``: the table resized to each image's own token grid (its real
+        rows and columns, top-left in the padded batch grid), so an image gets the same positions in a
+        padded batch as alone. ``real [B, h, w]`` -> ``[B, h·w, D]``."""
+        b, h, w = real.shape
+        rows = real.any(dim=2).sum(dim=1).tolist()  # [B] real token rows of each image
+        cols = real.any(dim=1).sum(dim=1).tolist()
+        out = x.new_zeros(b, h, w, self.dim)
+        for size in sorted(set(zip(rows, cols))):
+            if size[0] == 0 or size[1] == 0:
+                continue
+            table = self._positions(size[0], size[1], x).view(size[0], size[1], self.dim)  # [h_i, w_i, D]
+            for i in [i for i, s in enumerate(zip(rows, cols)) if s == size]:
+                out[i, : size[0], : size[1]] = table
+        return out.view(b, h * w, self.dim)
+
     def forward(self, images: torch.Tensor, pixel_mask: torch.Tensor | None = None) -> Tokens:
         """``images [B, C, H, W]`` (C = in_channels, or 1 = grayscale), ``pixel_mask [B, H, W]`` bool
         (True = real pixel; None = all real) -> Tokens ``x [B, h·w, D]`` (see the class docstring)."""
@@ -202,14 +219,19 @@ class ImageAdapter(AdapterBase):
         # [B, C, h·p, w·p] -> [B, C, h, p, w, p] -> [B, h, w, C, p, p] -> [B, h·w, C·p·p]
         x = x.reshape(b, self.in_channels, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w, -1)
         x = self.proj(x)  # [B, L, D]
-        pos = self._positions(h, w, x)
-        if pos is not None:
-            x = x + pos.unsqueeze(0)  # [B, L, D] + [1, L, D]
-        x = self.drop(x)
         mask = None
         if pixel_mask is not None:
             # a patch is real when any of its pixels is real
             mask = pixel_mask.reshape(b, h, p, w, p).any(dim=4).any(dim=2).reshape(b, h * w)  # [B, L]
+        exporting = torch.compiler.is_exporting() or torch.jit.is_tracing()
+        if self.positional == "learned2d" and self.interpolate and mask is not None and not exporting:
+            x = x + self._positions_per_image(mask.view(b, h, w), x)  # [B, L, D]: each image its own grid
+        else:
+            pos = self._positions(h, w, x)
+            if pos is not None:
+                x = x + pos.unsqueeze(0)  # [B, L, D] + [1, L, D]
+        x = self.drop(x)
+        if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         attn_mask = grid_window_mask(h, w, self.window, x.device) if self.window is not None else None
         return Tokens(x=x, mask=mask, attn_mask=attn_mask, grid=(h, w), extra={"patch_size": p})

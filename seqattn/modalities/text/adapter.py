@@ -31,6 +31,7 @@ from torch import nn
 
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase
+from seqattn.modalities.text.chars import CharEncoder
 from seqattn.modalities.text.vocab import PAD_INDEX, UNK_INDEX, Vocabulary, normalize, read_word_vectors
 
 log = logging.getLogger("seqattn.modalities.text")
@@ -55,12 +56,17 @@ class TextAdapter(AdapterBase):
         dropout: dropout on the token vectors.
         word_dropout: during training, replace each word by ``<unk>`` with this probability
             (teaches the model what to do with unknown words).
+        pretrained_encoding: text encoding of ``pretrained_path`` (UTF-8 by default).
         init_std: standard deviation of a ``learned`` table's random start (default ``E**-0.5``;
             the table is read times ``sqrt(E)``, so a word vector starts at unit scale).
+        chars: the character vocabulary (from the data's spec) for character features.
+        char_dim: width of each word's character-CNN features, concatenated to its word vector before
+            the projection (0 = none). They give unknown and rare words a vector from their spelling.
+        char_embedding_dim, char_kernel: the character CNN's embedding width and window.
     """
 
     inputs = ("words",)
-    spec_fields = {"vocab": "vocab"}
+    spec_fields = {"vocab": "vocab", "chars": "chars"}
 
     def __init__(
         self,
@@ -74,6 +80,11 @@ class TextAdapter(AdapterBase):
         dropout: float = 0.0,
         word_dropout: float = 0.0,
         init_std: float | None = None,
+        pretrained_encoding: str = "utf-8",
+        chars: Sequence[str] | None = None,
+        char_dim: int = 0,
+        char_embedding_dim: int = 16,
+        char_kernel: int = 3,
     ) -> None:
         super().__init__()
         if dim <= 0:
@@ -90,13 +101,22 @@ class TextAdapter(AdapterBase):
         if not 0.0 <= word_dropout < 1.0:
             raise ValueError(f"word_dropout must be in [0, 1), got {word_dropout}")
         self.vocab = Vocabulary(vocab)
+        self.pretrained_encoding = pretrained_encoding
         self.embedding, self.lowercase, self.word_dropout = embedding, bool(lowercase), float(word_dropout)
         self.dim = dim
+        if char_dim < 0:
+            raise ValueError(f"char_dim must be >= 0 (0 = no character features), got {char_dim}")
+        if char_dim and chars is None:
+            raise ValueError("char_dim > 0 needs the character vocabulary `chars` (a text DataModule's spec gives it)")
+        self.chars = CharEncoder(chars, char_dim, char_embedding_dim, char_kernel) if char_dim else None
+        extra = char_dim if char_dim else 0
+        if self.chars is not None:
+            self.export_inputs = ("ids", "mask", "char_ids")
         v = len(self.vocab)
         self.scale = 1.0
         if embedding == "onehot":
             self.table = None
-            self.proj = nn.Linear(v, dim)  # one-hot [V] -> [D]: column i is word i's vector
+            self.proj = nn.Linear(v + extra, dim)  # one-hot [V] -> [D]: column i is word i's vector
         else:
             weight = None
             if embedding == "pretrained":
@@ -114,7 +134,7 @@ class TextAdapter(AdapterBase):
                 with torch.no_grad():
                     self.table.weight.copy_(weight)
             self.table.weight.requires_grad_(not freeze)
-            self.proj = nn.Linear(e, dim) if e != dim else nn.Identity()
+            self.proj = nn.Linear(e + extra, dim) if e + extra != dim else nn.Identity()
         self.dropout = nn.Dropout(dropout)
 
     def _pretrained(self, path: str, embedding_dim: int | None) -> tuple[torch.Tensor | None, int]:
@@ -128,7 +148,7 @@ class TextAdapter(AdapterBase):
                              "set adapter.embedding_dim to the vectors' width)")
         words = self.vocab.words[2:]
         wanted = set(words) | {w.lower() for w in words}
-        vectors, e = read_word_vectors(file, wanted)
+        vectors, e = read_word_vectors(file, wanted, self.pretrained_encoding)
         if embedding_dim and embedding_dim != e:
             raise ValueError(f"embedding_dim={embedding_dim} but {file} holds {e}-dim vectors")
         found = torch.stack(list(vectors.values())) if vectors else torch.zeros(1, e)
@@ -170,16 +190,20 @@ class TextAdapter(AdapterBase):
         """``[V, E]`` the vector each vocabulary word starts from (for ``onehot``: the projection's
         column, i.e. what its one-hot vector becomes)."""
         if self.table is None:
-            return self.proj.weight.t()  # [V, D]
+            return self.proj.weight[:, : len(self.vocab)].t()  # [V, D]
         return self.table.weight * self.scale
 
     #: tensor inputs for ``seqattn.export`` (strings cannot be traced): ids from :meth:`export_inputs_from`
     export_inputs = ("ids", "mask")
 
     def export_inputs_from(self, batch: dict) -> dict[str, torch.Tensor]:
-        """A batch with ``words`` -> ``{"ids": [B, L] long, "mask": [B, L] bool}`` for an exported model."""
+        """A batch with ``words`` -> ``{"ids": [B, L] long, "mask": [B, L] bool[, "char_ids": [B, L, W]]}``
+        for an exported model."""
         ids, mask = self.encode(batch["words"])
-        return {"ids": ids, "mask": mask}
+        out = {"ids": ids, "mask": mask}
+        if self.chars is not None:
+            out["char_ids"] = self.chars.encode(batch["words"])
+        return out
 
     def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, torch.Tensor]:
         """``ids [B, L]`` of vocabulary words (L = 8 ``scale``, the last item shorter) and ``mask [B, L]``."""
@@ -188,14 +212,19 @@ class TextAdapter(AdapterBase):
         ids = torch.randint(2, max(3, len(self.vocab)), (batch, length), generator=g)
         lengths = torch.tensor([length - (length // 4) * (i % 2) for i in range(batch)])
         mask = torch.arange(length)[None] < lengths[:, None]  # [B, L]
-        return {"ids": ids.masked_fill(~mask, 0), "mask": mask}
+        out = {"ids": ids.masked_fill(~mask, 0), "mask": mask}
+        if self.chars is not None:
+            words = [[self.vocab.words[int(i)] for i in row[m]] for row, m in zip(out["ids"], mask)]
+            out["char_ids"] = self.chars.encode(words)
+        return out
 
     def forward(self, words: Sequence[Sequence[str]] | None = None, *, ids: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> Tokens:
+                mask: torch.Tensor | None = None, char_ids: torch.Tensor | None = None) -> Tokens:
         """``words`` (B sentences of words) -> Tokens(x ``[B, L, D]``, mask ``[B, L]``).
 
         Or, for exported models, ``ids [B, L]`` (vocabulary indices, see :meth:`encode`) with
-        ``mask [B, L]`` instead of ``words``; both give the same tokens.
+        ``mask [B, L]`` (and ``char_ids [B, L, W]`` with character features) instead of ``words``;
+        both give the same tokens.
 
         ``extra``: ``ids [B, L]`` vocabulary indices, ``words`` (as given, or None) and ``word_index``
         ``[B, L]`` (the word each position holds, -1 on padding: one word per token).
@@ -203,6 +232,8 @@ class TextAdapter(AdapterBase):
         device = self.proj.weight.device if isinstance(self.proj, nn.Linear) else self.table.weight.device
         if words is not None:
             ids, mask = self.encode(words, device)  # [B, L], [B, L]
+            if self.chars is not None:
+                char_ids = self.chars.encode(words, device)  # [B, L, W]
         elif ids is None or mask is None:
             raise ValueError("TextAdapter needs words, or ids [B, L] with mask [B, L]")
         elif ids.dim() != 2 or mask.shape != ids.shape or mask.dtype != torch.bool:
@@ -210,14 +241,20 @@ class TextAdapter(AdapterBase):
                              f"and mask {mask.dtype} {tuple(mask.shape)}")
         if ids.shape[1] == 0:
             raise ValueError("every sentence in the batch is empty (0 words)")
+        if self.chars is not None and (char_ids is None or char_ids.shape[:2] != ids.shape):
+            got = None if char_ids is None else tuple(char_ids.shape)
+            raise ValueError(f"character features need char_ids [B, L, W] with [B, L] = {tuple(ids.shape)}, got {got}")
         looked_up = ids
         if self.training and self.word_dropout > 0:
             drop = (torch.rand(ids.shape, device=device) < self.word_dropout) & mask
             looked_up = ids.masked_fill(drop, UNK_INDEX)
         if self.table is None:
-            x = self.proj(F.one_hot(looked_up, len(self.vocab)).to(self.proj.weight.dtype))  # [B, L, V] -> [B, L, D]
+            word = F.one_hot(looked_up, len(self.vocab)).to(self.proj.weight.dtype)  # [B, L, V]
         else:
-            x = self.proj(self.table(looked_up) * self.scale)  # [B, L, E] -> [B, L, D]
+            word = self.table(looked_up) * self.scale  # [B, L, E]
+        if self.chars is not None:
+            word = torch.cat([word, self.chars(char_ids).to(word.dtype)], dim=-1)  # [B, L, E + K]
+        x = self.proj(word)  # [B, L, D]
         x = self.dropout(x) * mask.unsqueeze(-1)
         positions = torch.arange(ids.shape[1], device=device).expand_as(ids)
         word_index = torch.where(mask, positions, torch.full_like(positions, -1))  # [B, L]

@@ -25,6 +25,7 @@ from seqattn.datakit.module import ListDataset, TaskDataModule
 from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import split
 from seqattn.labels import IGNORE_INDEX, SPLITS
+from seqattn.modalities.text.chars import build_char_vocabulary
 from seqattn.modalities.text.corpus import CLS_LABELS, generate_classification_corpus, generate_tagging_corpus
 from seqattn.modalities.text.readers import (
     UNLABELED,
@@ -128,6 +129,7 @@ class _TextDataModule(TaskDataModule):
         self.min_freq, self.max_size = min_freq, max_size
         self.synth = dict(synth or {})
         self.vocab: Vocabulary | None = None
+        self.chars: list[str] | None = None  # the training split's characters (case kept)
         self._longest: dict[str, tuple[int, str]] = {}
 
     # -- what the model needs ---------------------------------------------------------------
@@ -136,7 +138,7 @@ class _TextDataModule(TaskDataModule):
         if self.vocab is None:
             raise RuntimeError("the vocabulary is built in setup() from the training split")
         return DataSpec(num_outputs=self.num_classes, labels=self.label_names, vocab=self.vocab.to_list(),
-                        subsets=self.subset_names())
+                        chars=self.chars, subsets=self.subset_names())
 
     def subset_names(self) -> tuple[str, ...]:
         return ()
@@ -180,6 +182,7 @@ class _TextDataModule(TaskDataModule):
                          for name, items in splits.items()}, source=f"{self.source} data {self.paths['train'] or ''}")
         self.vocab = Vocabulary.build((it["tokens"] for it in splits["train"]), self.min_freq, self.max_size,
                                       self.lowercase)
+        self.chars = build_char_vocabulary(w for it in splits["train"] for w in it["tokens"])
         self.prepare_items(splits)
         self._longest = {name: max(((len(it["tokens"]), it["where"]) for it in items), default=(0, ""))
                          for name, items in splits.items() if items}

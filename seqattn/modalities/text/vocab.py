@@ -99,20 +99,30 @@ class Vocabulary:
         return [self.words[i] for i in indices]
 
 
-def read_word_vectors(path: str | Path, wanted: set[str] | None = None) -> tuple[dict[str, torch.Tensor], int]:
+def read_word_vectors(path: str | Path, wanted: set[str] | None = None,
+                      encoding: str = "utf-8") -> tuple[dict[str, torch.Tensor], int]:
     """Read a word2vec / GloVe text file -> ``({word: vector [E]}, E)``.
 
     One ``word v1 ... vE`` per line; a first line of two integers (word2vec's ``count dim``
     header) is skipped. Only words in ``wanted`` are kept when it is given. A line with the
-    wrong number of values raises ValueError naming file and line.
+    wrong number of values, a non-number, or bytes that are not valid ``encoding`` raise
+    ValueError naming file and line (read line by line: vector files can be gigabytes).
     """
     path = Path(path).expanduser()
     if not path.is_file():
         raise ValueError(f"pretrained vector file {path} does not exist")
     vectors: dict[str, torch.Tensor] = {}
     dim = None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: byte(s) {raw[err.start:err.end].hex(' ')} at column {err.start + 1} "
+                                 f"are not valid {encoding}; set adapter.pretrained_encoding to the file's "
+                                 "encoding") from None
+            if lineno == 1:
+                line = line.lstrip("\ufeff")
             parts = line.rstrip("\n").rstrip().split(" ")
             if not line.strip():
                 continue

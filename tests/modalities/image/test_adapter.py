@@ -65,6 +65,15 @@ def test_per_image_normalisation_ignores_colour_offsets_and_padding():
     images = torch.rand(1, 3, 5, 5)
     shifted = images * 0.5 + torch.tensor([0.3, 0.1, 0.2])[None, :, None, None]  # another colour, less contrast
     torch.testing.assert_close(adapter(images).x, adapter(shifted).x, atol=2e-3, rtol=1e-3)
+    # padding: the statistics are over real pixels only, whatever the padding holds
+    padded = torch.full((1, 3, 7, 7), 9.0)
+    padded[:, :, :5, :5] = images
+    pixel_mask = torch.zeros(1, 7, 7, dtype=torch.bool)
+    pixel_mask[:, :5, :5] = True
+    tokens = adapter(padded, pixel_mask)
+    real = tokens.x[0].view(7, 7, 8)[:5, :5].reshape(25, 8)
+    torch.testing.assert_close(real, adapter(images).x[0], atol=1e-5, rtol=1e-5)
+    assert not tokens.x[0].view(7, 7, 8)[5:].any()
 
 
 def test_sinusoidal_2d_table_splits_rows_and_columns():
@@ -169,14 +178,35 @@ def test_learned_2d_grid_mismatch_is_a_clear_error_or_interpolated_on_request():
     adapter.interpolate = True
     tokens = adapter(torch.rand(1, 3, 24, 20))
     assert tokens.x.shape == (1, 30, 8) and tokens.grid == (6, 5)
-    # interpolating to the training grid is the identity
-    same = ImageAdapter(8, positional="learned2d", grid=(3, 3), interpolate=True)
-    same.pos_table.data.copy_(adapter.pos_table.data[:, :3, :3])
-    x = torch.rand(1, 3, 3, 3)
-    same.interpolate = False
-    exact = same(x).x
-    same.interpolate = True
-    torch.testing.assert_close(same(x).x, exact)
+    # interpolation really runs: the 6×5 grid's positions are the bilinearly resized table
+    table = torch.nn.functional.interpolate(adapter.pos_table[None], size=(6, 5), mode="bilinear",
+                                            align_corners=False)[0].flatten(1).t()  # [30, D]
+    no_pos = ImageAdapter(8, positional="none", mode="patches", patch_size=4)
+    no_pos.load_state_dict({k: v for k, v in adapter.state_dict().items() if k != "pos_table"})
+    image = torch.rand(1, 3, 24, 20)
+    torch.testing.assert_close(adapter(image).x - no_pos(image).x, table[None])
+
+
+def test_learned_2d_interpolation_keeps_a_padded_batch_equal_to_each_image_alone():
+    """resize=none batches of different sizes: each image gets the table resized to its own grid."""
+    adapter = ImageAdapter(8, positional="learned2d", grid=(8, 8), interpolate=True).eval()
+    sizes = [(5, 6), (8, 8), (3, 7)]
+    g = torch.Generator().manual_seed(0)
+    images = [torch.rand(3, h, w, generator=g) for h, w in sizes]
+    batch = torch.zeros(len(sizes), 3, 8, 8)
+    pixel_mask = torch.zeros(len(sizes), 8, 8, dtype=torch.bool)
+    for i, (img, (h, w)) in enumerate(zip(images, sizes)):
+        batch[i, :, :h, :w] = img
+        pixel_mask[i, :h, :w] = True
+    together = adapter(batch, pixel_mask)
+    for i, (img, (h, w)) in enumerate(zip(images, sizes)):
+        alone = adapter(img[None]).x[0]  # [h·w, D]
+        grid = together.x[i].view(8, 8, 8)[:h, :w].reshape(h * w, 8)
+        torch.testing.assert_close(grid, alone, msg=f"image {i} of size {(h, w)}")
+    # the image of the training grid gets the table itself (interpolation to the same size is the identity)
+    no_pos = ImageAdapter(8, positional="none").eval()
+    no_pos.load_state_dict({k: v for k, v in adapter.state_dict().items() if k != "pos_table"})
+    torch.testing.assert_close(together.x[1] - no_pos(batch, pixel_mask).x[1], adapter.pos_table.flatten(1).t())
 
 
 def test_gradients_reach_the_learned_positions():

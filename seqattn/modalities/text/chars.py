@@ -1,0 +1,76 @@
+"""Character features of words: what a word looks like, for words the vocabulary does not know.
+
+A word-level vocabulary turns every word unseen in training into ``<unk>``; real treebanks have
+many (7.5% of the test words of a UD English treebank). A small character CNN reads each word's
+characters (with begin / end markers, so prefixes and suffixes such as ``-ing``, ``-ly``, ``un-``
+and capitals are visible) and gives every word a vector, known or not (Ma & Hovy 2016 style).
+
+Letters: b batch, l words, w characters per word (padded), c character vocabulary, k feature width.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CHAR_PAD, CHAR_UNK, BOW, EOW = "<pad>", "<unk>", "<w>", "</w>"
+CHAR_SPECIALS = (CHAR_PAD, CHAR_UNK, BOW, EOW)
+
+
+def build_char_vocabulary(words: Iterable[str]) -> list[str]:
+    """The characters of ``words`` (case kept), after the four specials; sorted for a stable order."""
+    chars = sorted({c for w in words for c in w})
+    return [*CHAR_SPECIALS, *chars]
+
+
+class CharEncoder(nn.Module):
+    """Words -> ``[B, L, K]`` character-CNN features (embedding, one convolution, max over characters).
+
+    Args:
+        chars: the character vocabulary (``<pad>``, ``<unk>``, ``<w>``, ``</w>``, characters...).
+        dim: K, output width (convolution channels).
+        embedding_dim: width of a character's embedding.
+        kernel_size: characters one filter sees (odd).
+        max_chars: longer words keep their first ``max_chars - 2`` characters (the markers are added).
+    """
+
+    def __init__(self, chars: Sequence[str], dim: int = 32, embedding_dim: int = 16, kernel_size: int = 3,
+                 max_chars: int = 20) -> None:
+        super().__init__()
+        chars = list(chars)
+        if chars[:4] != list(CHAR_SPECIALS):
+            raise ValueError(f"a character vocabulary must start with {CHAR_SPECIALS}, got {chars[:4]}")
+        if dim <= 0 or embedding_dim <= 0 or kernel_size < 1 or kernel_size % 2 == 0 or max_chars < 3:
+            raise ValueError(f"need dim, embedding_dim > 0, an odd kernel_size >= 1 and max_chars >= 3; got {dim}, "
+                             f"{embedding_dim}, {kernel_size}, {max_chars}")
+        self.chars = chars
+        self.index = {c: i for i, c in enumerate(chars)}
+        self.dim, self.max_chars = dim, max_chars
+        self.embedding = nn.Embedding(len(chars), embedding_dim, padding_idx=0)
+        self.conv = nn.Conv1d(embedding_dim, dim, kernel_size, padding=kernel_size // 2)
+
+    def encode(self, words: Sequence[Sequence[str]], device: torch.device | None = None) -> torch.Tensor:
+        """Sentences of words -> ``char_ids [B, L, W]`` long (0 = padding), ``W <= max_chars``."""
+        length = max((len(s) for s in words), default=0)
+        width = min(self.max_chars, max((len(w) + 2 for s in words for w in s), default=3))
+        out = torch.zeros(len(words), length, width, dtype=torch.long)
+        unk, bow, eow = self.index[CHAR_UNK], self.index[BOW], self.index[EOW]
+        for i, sentence in enumerate(words):
+            for j, word in enumerate(sentence):
+                ids = [bow] + [self.index.get(c, unk) for c in word[: width - 2]] + [eow]
+                out[i, j, : len(ids)] = torch.tensor(ids)
+        return out.to(device)
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """``char_ids [B, L, W]`` -> ``[B, L, K]`` (zero for padding words)."""
+        b, length, width = char_ids.shape
+        flat = char_ids.reshape(b * length, width)  # [B·L, W]
+        real = flat != 0  # [B·L, W]
+        x = self.embedding(flat).transpose(1, 2)  # [B·L, E, W]
+        h = F.relu(self.conv(x))  # [B·L, K, W]
+        h = h.masked_fill(~real[:, None, :], float("-inf")).amax(dim=2)  # [B·L, K], max over real characters
+        h = torch.where(real.any(dim=1, keepdim=True), h, torch.zeros_like(h))  # padding words -> 0
+        return h.view(b, length, self.dim)
