@@ -3,7 +3,8 @@
 Where each utterance's target sequence comes from, per manifest line (see
 :mod:`seqattn.modalities.audio.manifest` for the manifest format and its other keys):
 
-- ``transcript`` (a JSONL key or a CSV column): text, cut into tokens by ``tokens``:
+- ``transcript`` (a JSONL key or a CSV column; another name with ``transcript_key``, e.g. ``label`` for a
+  manifest of spoken words): text, cut into tokens by ``tokens``:
   ``characters`` (every character; runs of whitespace become one ``" "`` token, leading and
   trailing whitespace is dropped) or ``whitespace`` (whitespace-separated units: phones, words);
 - else frame labels (``segments`` / ``labels``, as for ``task=speech``): their label sequence
@@ -57,7 +58,7 @@ def _blank_text(text: Any) -> bool:
     return text is None or (isinstance(text, float) and text != text) or (isinstance(text, str) and not text.strip())
 
 
-def transcript_tokens(text: Any, tokens: str, where: str) -> list[str]:
+def transcript_tokens(text: Any, tokens: str, where: str, key: str = "transcript") -> list[str]:
     """A transcript -> its tokens (see the module docstring); ``ValueError`` naming ``where`` when empty.
 
     Only an absent / whitespace-only value is empty: a transcript ``"none"`` or ``"NA"`` is text."""
@@ -66,7 +67,7 @@ def transcript_tokens(text: Any, tokens: str, where: str) -> list[str]:
     if _blank_text(text):
         raise ValueError(f"{where}: empty transcript (a transcript needs at least one token)")
     if not isinstance(text, str):
-        raise ValueError(f"{where}: 'transcript' must be text, got {type(text).__name__} {text!r}")
+        raise ValueError(f"{where}: {key!r} must be text, got {type(text).__name__} {text!r}")
     return text.split() if tokens == "whitespace" else list(" ".join(text.split()))
 
 
@@ -80,16 +81,17 @@ def segment_sequence(segments: Sequence[Sequence]) -> list[str]:
     return out
 
 
-def item_sequence(item: Mapping[str, Any], tokens: str, drop: Sequence[str]) -> list[str]:
-    """A manifest item (:func:`~seqattn.modalities.audio.manifest.read_manifest`) -> its target tokens."""
+def item_sequence(item: Mapping[str, Any], tokens: str, drop: Sequence[str], key: str = "transcript") -> list[str]:
+    """A manifest item (:func:`~seqattn.modalities.audio.manifest.read_manifest`) -> its target tokens
+    (the transcript under ``key``, else its frame labels' sequence)."""
     raw = item.get("raw") or {}
     # a line with frame labels and an empty transcript cell (a CSV with both columns) uses its frame labels
-    if "transcript" in raw and not (_blank_text(raw["transcript"]) and item.get("segments") is not None):
-        seq = transcript_tokens(raw["transcript"], tokens, item["where"])
+    if key in raw and not (_blank_text(raw[key]) and item.get("segments") is not None):
+        seq = transcript_tokens(raw[key], tokens, item["where"], key)
     elif item.get("segments") is not None:
         seq = segment_sequence(item["segments"])
     else:
-        raise ValueError(f"{item['where']}: no 'transcript' (text) and no 'segments' / 'labels' (frame labels): "
+        raise ValueError(f"{item['where']}: no {key!r} (text) and no 'segments' / 'labels' (frame labels): "
                          "nothing to recognise")
     dropped = set(drop)
     return [t for t in seq if t not in dropped]
@@ -142,6 +144,7 @@ class SpeechSequenceDataModule(TaskDataModule):
         source: ``synthetic`` | ``manifest``; a ``manifest`` path selects ``manifest``.
         manifest: a ``.jsonl`` / ``.csv`` manifest with ``transcript`` or frame labels per line.
         tokens: ``characters`` | ``whitespace``: how a transcript is cut into tokens.
+        transcript_key: the manifest key / CSV column holding the transcript.
         drop_labels: tokens removed from every target (default ``["sil"]``).
         sample_rate, win_ms, hop_ms: the framing (the adapter uses the same).
         synth: arguments of :func:`~seqattn.modalities.audio.corpus.generate_speech_corpus`.
@@ -156,6 +159,7 @@ class SpeechSequenceDataModule(TaskDataModule):
         data_dir: str | None = None,
         manifest: str | None = None,
         tokens: str = "characters",
+        transcript_key: str = "transcript",
         drop_labels: Sequence[str] | None = ("sil",),
         labels: Sequence[str] | None = None,
         sample_rate: int = 16000,
@@ -188,6 +192,7 @@ class SpeechSequenceDataModule(TaskDataModule):
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
                          encoding=encoding)
         self.source, self.manifest, self.tokens, self.drop_labels = source, manifest, tokens, drop
+        self.transcript_key = str(transcript_key)
         self.sample_rate = int(sample_rate)
         self.win = ms_to_samples(win_ms, sample_rate)
         self.hop = ms_to_samples(hop_ms, sample_rate)
@@ -212,7 +217,7 @@ class SpeechSequenceDataModule(TaskDataModule):
         path = self._manifest_path()
         items = read_manifest(path, self.encoding, require_segments=False)
         for it in items:
-            it["sequence"] = item_sequence(it, self.tokens, self.drop_labels)
+            it["sequence"] = item_sequence(it, self.tokens, self.drop_labels, self.transcript_key)
         splits = split(items, self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
                        group=lambda it: it["speaker"], where=lambda it: it["where"], what="utterances")
         splits = {name: self._drop_short(name, its) for name, its in splits.items()}

@@ -92,6 +92,18 @@ def test_csv_manifest_with_a_transcript_column_and_whitespace_tokens(tmp_path):
     assert dm.spec().subsets == ()  # no speakers named
 
 
+def test_the_transcript_column_can_have_another_name(tmp_path):
+    for i in range(3):
+        _wav(tmp_path / f"u{i}.wav")
+    (tmp_path / "m.csv").write_text("path,label,split\nu0.wav,yes,train\nu1.wav,no,train\nu2.wav,,test\n")
+    with pytest.raises(ValueError, match="m.csv:4: empty transcript"):
+        _dm(tmp_path / "m.csv", transcript_key="label")
+    with pytest.raises(ValueError, match="m.csv:2: no 'transcript'"):
+        _dm(tmp_path / "m.csv")
+    (tmp_path / "m.csv").write_text("path,label,split\nu0.wav,yes,train\nu1.wav,no,train\nu2.wav,on,test\n")
+    assert _dm(tmp_path / "m.csv", transcript_key="label").label_names == ["e", "n", "o", "s", "y"]
+
+
 def test_a_frame_labeled_manifest_works_too(tmp_path):
     segs = [[0.0, 0.05, "sil"], [0.05, 0.1, "k"], [0.1, 0.15, "a"], [0.15, 0.2, "sil"]]
     lines = [{"path": f"u{i}.wav", "segments": segs, "split": sp} for i, sp in enumerate(["train", "train", "test"])]
