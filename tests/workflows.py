@@ -125,6 +125,12 @@ TASKS: dict[str, Task] = {
         # tasks/social/README.md); resuming itself works
         exact_resume=False,
     ),
+    "speech_ctc": Task(  # rows are decoded sequences; export outputs per-frame logits (decoding stays in Python)
+        overrides=["task=speech_ctc", "data.synth.n_train_speakers=3", "data.synth.n_val_speakers=1",
+                   "data.synth.n_test_speakers=1", "data.synth.utts_per_speaker={train:14,val:8,test:10}",
+                   "data.batch_size=8", "model.dim=48", "model.depth=2", "trainer.max_epochs=6"],
+        predict_inputs=_speech_inputs,
+    ),
 }
 WORKFLOW_TASKS = list(TASKS)
 EXPORT_TASKS = [name for name, task in TASKS.items() if task.exportable]

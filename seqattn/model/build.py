@@ -86,7 +86,8 @@ def build_network(cfg: Mapping[str, Any] | Any, spec: Any = None) -> Any:
     if not isinstance(cfg, Mapping):
         return cfg
     cfg = dict(cfg)
-    parts = {name: build_part(cfg.pop(name), spec, name) for name in ("adapter", "encoder", "head") if name in cfg}
+    parts = {name: build_part(cfg.pop(name), spec, name) for name in ("adapter", "encoder", "head", "subsample")
+             if cfg.get(name) is not None}
     net = build_part({**cfg, **parts}, spec, "net")
     check = getattr(getattr(net, "adapter", None), "check_spec", None)
     if spec is not None and callable(check):

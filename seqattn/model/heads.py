@@ -3,6 +3,7 @@
 Letters: b batch, l length, d width, c classes / targets.
 
 - :class:`TokenHead` — one prediction per token (sequence labeling): ``[B, L, C]``.
+- :class:`CTCHead` — per-token logits over the labels and a CTC blank: ``[B, L, 1 + C]``, blank first.
 - :class:`PooledHead` — one prediction per sequence (classification / regression):
   pool ``[B, L, D] -> [B, D]`` (``mean`` | ``max`` | ``attention`` | ``cls`` | ``sum``), then ``[B, C]``.
   ``sum`` (over real tokens) suits extensive properties that grow with size (a molecule's polar surface).
@@ -43,6 +44,23 @@ class TokenHead(HeadBase):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(x)  # [B, L, C]
+
+
+class CTCHead(TokenHead):
+    """Per-frame logits for CTC: the blank at index 0, label ``c`` of the data at index ``c + 1``.
+
+    ``forward(x [B, L, D], mask) -> [B, L, 1 + C]``; ``num_labels`` (C) comes from the data's spec,
+    ``num_outputs`` is ``C + 1``. The objective (:mod:`seqattn.objectives.ctc`) owns the convention.
+    """
+
+    spec_fields = {"num_labels": "num_outputs"}
+    blank = 0
+
+    def __init__(self, dim: int, num_labels: int, hidden: int | None = None, dropout: float = 0.0) -> None:
+        if num_labels is None or int(num_labels) <= 0:
+            raise ValueError(f"num_labels must be a positive int (the label vocabulary), got {num_labels!r}")
+        super().__init__(dim, int(num_labels) + 1, hidden, dropout)
+        self.num_labels = int(num_labels)
 
 
 class PooledHead(HeadBase):

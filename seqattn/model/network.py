@@ -22,6 +22,9 @@ class SequenceModel(nn.Module):
     """``adapter`` (batch -> Tokens), ``encoder`` (Tokens -> [B, L, D]), ``head`` ([B, L, D] -> logits).
 
     Args:
+        subsample: optional module ``Tokens -> Tokens`` applied to the adapter's tokens before the
+            encoder (e.g. :class:`~seqattn.model.subsample.TimeSubsampling`: ``F`` frames ->
+            ``ceil(F / k)`` tokens, the mask follows); None = none.
         global_token: prepend a learned global token (CLS / virtual node) at position 0, which
             attends to and is attended by every real token. ``None`` (default): only when the head
             needs it (``PooledHead(pooling="cls")``). With it, ``L`` grows by one everywhere
@@ -29,12 +32,13 @@ class SequenceModel(nn.Module):
     """
 
     def __init__(self, adapter: nn.Module, encoder: nn.Module, head: nn.Module,
-                 global_token: bool | None = None) -> None:
+                 global_token: bool | None = None, subsample: nn.Module | None = None) -> None:
         super().__init__()
         check_adapter(adapter)
         check_encoder(encoder)
         check_head(head)
         self.adapter, self.encoder, self.head = adapter, encoder, head
+        self.subsample = subsample
         hooks = adapter_hooks(adapter)
         self.input_names: tuple[str, ...] = tuple(adapter.inputs)
         self.export_input_names: tuple[str, ...] | None = hooks["export_inputs"]
@@ -66,6 +70,8 @@ class SequenceModel(nn.Module):
         if missing:
             raise ValueError(f"batch lacks {missing} needed by {type(self.adapter).__name__}; has {sorted(batch)}")
         tokens = self.adapter(**{k: batch[k] for k in names})
+        if self.subsample is not None:
+            tokens = self.subsample(tokens)
         if self.global_token is not None:
             tokens = prepend_global_token(tokens, self.global_token)
         return tokens

@@ -1,4 +1,5 @@
-"""Speech figures: features, true/predicted frame labels and the attention map of one utterance."""
+"""Speech figures of one test utterance: frame labeling (features, true/predicted frame labels, the
+attention map) and CTC recognition (spectrogram, per-frame CTC posteriors, reference vs decoded)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,70 @@ def plot_frame_labeling(model, datamodule, out_dir: str | Path, index: int = 0, 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+@torch.no_grad()
+def plot_ctc(model, datamodule, out_dir: str | Path, index: int = 0) -> Path:
+    """One test utterance of a CTC model: its features (spectrogram), the CTC posteriors of every
+    class over time (blank first, at the network's frame rate after any subsampling) and the
+    reference vs the decoded token sequence. Returns ``out_dir/test_utterance.png``.
+
+    ``model`` is a CTC objective: ``model.net(batch)`` gives per-frame ``logits [B, F', 1 + C]`` and
+    ``model.decode(out)`` the decoded label sequences; ``batch["labels"]`` holds the references."""
+    model.eval()
+    batch = first_test_batch(datamodule)
+    batch = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    out = model.net(batch, return_attention=False)
+    tokens = model.net.adapter(**{k: batch[k] for k in model.net.input_names})
+    n_feat = int(tokens.mask[index].sum())
+    feats = tokens.extra.get("features", tokens.x)[index, :n_feat].float().cpu().numpy()  # [F, n_feat]
+    n = int(out["mask"][index].sum())
+    post = out["logits"][index, :n].float().softmax(-1).cpu().numpy()  # [F', 1 + C]
+    names = list(model.labels or [str(i) for i in range(post.shape[1] - 1)])
+    classes = ["<blank>"] + names
+    decoded = [names[k] for k in model.decode({k: v[index: index + 1] for k, v in out.items()})[0]]
+    reference = [names[int(k)] for k in batch["labels"][index].tolist() if int(k) >= 0]
+    hop_s = datamodule.hop / datamodule.sample_rate
+    step_s = hop_s * n_feat / max(n, 1)  # seconds per network frame (subsampled)
+    errors = _edit_distance(decoded, reference)
+
+    fig = plt.figure(figsize=(11, 8.5), constrained_layout=True)
+    grid = fig.add_gridspec(3, 1, height_ratios=[2.0, 2.6, 0.7])
+    ax = fig.add_subplot(grid[0])
+    ax.imshow(feats.T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest",
+              extent=(0, n_feat * hop_s, -0.5, feats.shape[1] - 0.5))
+    ax.set_ylabel("feature")
+    ax.set_title(f"test utterance {batch.get('ids', ['?'] * (index + 1))[index]}: features ({n_feat} frames)")
+    ax = fig.add_subplot(grid[1])
+    image = ax.imshow(post.T, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest", vmin=0, vmax=1,
+                      extent=(0, n * step_s, -0.5, len(classes) - 0.5))
+    ax.set_yticks(range(len(classes)))
+    ax.set_yticklabels(classes, fontsize=7 if len(classes) > 20 else 8)
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"CTC posteriors per network frame ({n} frames of {1000 * step_s:.0f} ms; blank = class 0)")
+    fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, 0.012, 1.0]))
+    for t, k in enumerate(post.argmax(-1)):  # label the frames where a non-blank token wins
+        if k > 0 and (t == 0 or post[t - 1].argmax() != k):
+            ax.text((t + 0.5) * step_s, k, classes[k], color="white", fontsize=7, ha="center", va="center")
+    ax = fig.add_subplot(grid[2])
+    ax.set_axis_off()
+    ax.text(0.0, 0.75, "reference: " + " ".join(reference), family="monospace", fontsize=9, transform=ax.transAxes)
+    ax.text(0.0, 0.25, f"decoded ({model.decoder}): " + " ".join(decoded) + f"   [{errors} edit(s) / "
+            f"{len(reference)} tokens]", family="monospace", fontsize=9, transform=ax.transAxes)
+    path = Path(out_dir) / "test_utterance.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _edit_distance(a, b) -> int:
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i] + [0] * len(b)
+        for j, y in enumerate(b, start=1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+        previous = current
+    return previous[-1]
 
 
 def _runs(labels: np.ndarray):
