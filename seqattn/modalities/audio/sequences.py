@@ -280,8 +280,11 @@ class SpeechSequenceDataModule(TaskDataModule):
         :func:`~seqattn.modalities.audio.manifest.read_audio_list`): ``waveform``, ``lengths``, ``ids``."""
         if batch_size is not None and batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        dataset = AudioFileDataset(read_audio_list(source, self.encoding), self.sample_rate, self.win)
-        return self.loader(dataset, shuffle=False, batch_size=batch_size, collate=collate_audio)
+        bad: list[tuple[str, str]] = []
+        items = read_audio_list(source, self.encoding, skipped=bad if self.on_error == "skip" else None)
+        self.record_skipped(bad)
+        dataset = AudioFileDataset(items, self.sample_rate, self.win)
+        return self.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"], collate=collate_audio)
 
     def describe(self, batch: Mapping[str, Any]) -> list[Item]:
         """Per utterance: its id and ``duration_s`` (rows get the decoded ``sequence``)."""

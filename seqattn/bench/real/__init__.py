@@ -1,0 +1,155 @@
+"""``python -m seqattn.bench real``: every recipe on real public data, against a reference model.
+
+Each case runs a recipe **exactly through the path a user types** -- ``python -m seqattn.run
+task=... <the custom-data options of its task README>`` in a subprocess, one run per seed -- and, in
+the same run, a plain reference model from a well-kept library on the **same split** (the split the
+recipe's DataModule makes for that seed). It prints one markdown table: dataset, metric, seqattn
+mean ± std, reference mean ± std, the ratio, wall times.
+
+The data is the development copy in ``../shared/data`` (``--data``; the suite skips, saying why,
+when it is absent). Cases live one per module of this package (``molecules``, ``cora``, ``lines``,
+``spoken_words``) and are listed in :data:`CASES`; ``--cases`` picks some, ``--seeds`` overrides the
+number of seeds (the defaults follow the issue: FreeSolv 5, Lipophilicity 3, Cora 10, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+#: case name -> module of this package defining ``case_<name>(ctx) -> Result``
+CASES: dict[str, str] = {
+    "freesolv": "molecules",
+    "lipophilicity": "molecules",
+    "cora": "cora",
+    "karate4": "cora",
+    "lines": "lines",
+    "spoken_words": "spoken_words",
+}
+
+
+@dataclass
+class Context:
+    """What a case gets: the data folder, a scratch folder, how many seeds, the time cap per recipe run."""
+
+    data: Path
+    work: Path
+    seeds: int | None
+    log: Callable[[str], None]
+    extra: list[str] = field(default_factory=list)  # overrides added to every recipe run (e.g. trainer.max_time)
+
+
+@dataclass
+class Result:
+    dataset: str
+    metric: str
+    lower_is_better: bool
+    seqattn: list[float]
+    reference: list[float]
+    reference_name: str
+    seqattn_seconds: list[float]
+    reference_seconds: list[float]
+    command: str
+    notes: str = ""
+
+    def _stat(self, values: list[float]) -> str:
+        if not values:
+            return "–"
+        mean = statistics.fmean(values)
+        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        return f"{mean:.4f} ± {sd:.4f}"
+
+    def ratio(self) -> float | None:
+        if not self.seqattn or not self.reference:
+            return None
+        return statistics.fmean(self.seqattn) / statistics.fmean(self.reference)
+
+    def row(self) -> str:
+        ratio = self.ratio()
+        target = ("lower is better" if self.lower_is_better else "higher is better")
+        return (f"| {self.dataset} | {self.metric} ({target}) | {self._stat(self.seqattn)} (n={len(self.seqattn)}) | "
+                f"{self.reference_name}: {self._stat(self.reference)} (n={len(self.reference)}) | "
+                f"{'–' if ratio is None else f'{ratio:.3f}'} | {statistics.fmean(self.seqattn_seconds or [0]):.0f} s | "
+                f"{statistics.fmean(self.reference_seconds or [0]):.0f} s |")
+
+
+HEADER = ("| dataset | metric | seqattn mean ± std | reference mean ± std | ratio (seqattn / reference) | "
+          "wall per seqattn run | wall per reference run |\n|---|---|---|---|---:|---:|---:|")
+
+
+def run_recipe(overrides: list[str], out_dir: Path, timeout: float = 1800) -> tuple[dict, float]:
+    """``python -m seqattn.run <overrides>`` in a subprocess (the user's command), writing into
+    ``out_dir``; returns ``(metrics.json, wall seconds)``. A failure raises with the run's output tail."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "seqattn.run", *overrides, f"hydra.run.dir={out_dir}",
+           "trainer.enable_progress_bar=false"]
+    env = dict(os.environ, HYDRA_FULL_ERROR="1")
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    seconds = time.perf_counter() - start
+    (out_dir / "stdout.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return json.loads((out_dir / "metrics.json").read_text()), seconds
+
+
+def command_line(overrides: list[str]) -> str:
+    return "python -m seqattn.run " + " ".join(overrides)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("SEQATTN_REAL_DATA", DEFAULT_DATA)),
+                        help="the folder of real public data (default: ../shared/data beside the checkout)")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per case (default: the case's own)")
+    parser.add_argument("--work", type=Path, default=Path("outputs") / "bench_real", help="run folders")
+    parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.data.is_dir():
+        print(f"seqattn bench real: skipped: no real data folder at {args.data} (give --data or SEQATTN_REAL_DATA)")
+        return 0
+    names = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print(f"seqattn bench real: unknown case(s) {unknown}; known: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    results, lines = [], []
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    for name in names:
+        module = importlib.import_module(f"seqattn.bench.real.{CASES[name]}")
+        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log)
+        start = time.perf_counter()
+        try:
+            result = getattr(module, f"case_{name}")(ctx)
+        except FileNotFoundError as err:
+            log(f"{name}: skipped ({err})")
+            continue
+        log(f"{name}: done in {time.perf_counter() - start:.0f} s")
+        results.append(result)
+        lines.append(result.row())
+    table = HEADER + "\n" + "\n".join(lines)
+    commands = "\n".join(f"- {r.dataset}: `{r.command}`" + (f" ({r.notes})" if r.notes else "") for r in results)
+    report = f"{table}\n\nCommands (one run per seed, `seed=<s>`):\n{commands}\n"
+    print(report)
+    if args.out:
+        args.out.write_text(report)
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in results], indent=2))
+    return 0
