@@ -63,6 +63,10 @@ def test_predict_loader_needs_no_setup_and_refuses_too_short_audio(tmp_path):
     dm = SpeechDataModule(source="manifest", manifest=str(tmp_path / "no_such_manifest.jsonl"), batch_size=2)
     batch = next(iter(dm.predict_loader(tmp_path / "ok.wav")))
     assert batch["waveform"].shape == (1, 3000) and batch["lengths"].tolist() == [3000] and batch["ids"] == ["ok"]
+    batches = list(dm.predict_loader(tmp_path / "short.wav"))  # default on_error="skip": recorded, not raised
+    assert batches == [{"skipped": [(str(tmp_path / "short.wav"), batches[0]["skipped"][0][1])]}]
+    assert "short.wav: 100 samples is shorter than the analysis window" in batches[0]["skipped"][0][1]
+    dm.on_error = "stop"
     with pytest.raises(ValueError, match="short.wav: 100 samples is shorter than the analysis window"):
         list(dm.predict_loader(tmp_path / "short.wav"))
     with pytest.raises(ValueError, match="batch_size must be positive"):

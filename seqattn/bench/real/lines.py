@@ -1,0 +1,40 @@
+"""Part-of-speech tagging on a real treebank: UD English-LinES (train / dev / test as distributed),
+the tagging recipe vs a word + character BiLSTM tagger.
+
+Both run through the command a user types, on the same three files (the treebank's own split); the
+reference is the recipe's BiLSTM encoder (``model=bilstm``) with the same word and character
+features: what a plain, strong tagger of this size scores on these files (UD shared-task taggers of
+this kind: UPOS in the mid 90s).
+"""
+
+from __future__ import annotations
+
+from seqattn.bench.real import Context, Result, command_line, run_recipe
+
+SEEDS = 3
+
+
+def _files(ctx: Context) -> list[str]:
+    folder = ctx.data / "ud-english-lines"
+    paths = {name: folder / f"{name}.conllu" for name in ("train", "dev", "test")}
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no UD English-LinES files: {missing}")
+    return [f"data.train_path={paths['train']}", f"data.val_path={paths['dev']}", f"data.test_path={paths['test']}"]
+
+
+def case_lines(ctx: Context) -> Result:
+    overrides = ["task=text_tagging", *_files(ctx)]
+    reference = overrides + ["model=bilstm"]
+    seqattn, seq_s, ref, ref_s = [], [], [], []
+    for seed in range(ctx.seeds or SEEDS):
+        metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
+        seqattn.append(metrics["test/acc"])
+        seq_s.append(seconds)
+        metrics, seconds = run_recipe(reference + [f"seed={seed}", *ctx.extra], ctx.work / f"bilstm_{seed}")
+        ref.append(metrics["test/acc"])
+        ref_s.append(seconds)
+        ctx.log(f"lines seed {seed}: seqattn {seqattn[-1]:.4f}, BiLSTM {ref[-1]:.4f}")
+    return Result("UD English-LinES (train 3,457 / dev 1,118 / test 1,121 sentences)", "test UPOS accuracy", False,
+                  seqattn, ref, "word + character BiLSTM (model=bilstm, same features)", seq_s, ref_s,
+                  command_line(overrides), notes=f"reference: {command_line(reference)}")
