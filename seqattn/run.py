@@ -118,6 +118,32 @@ def plan_selection(cfg: DictConfig, sizes: dict[str, int]) -> str | None:
     return reason
 
 
+def plan_budget(cfg: DictConfig, datamodule: L.LightningDataModule) -> str | None:
+    """``budget.steps``: the epochs (and early-stopping patience) that give about that many optimizer
+    steps on this data; edits ``cfg.trainer.max_epochs`` and the patience, logs the plan."""
+    budget = cfg.get("budget") or {}
+    steps = budget.get("steps")
+    if not steps:
+        return None
+    if int(steps) <= 0:
+        raise ValueError(f"budget.steps={steps} must be a positive number of optimizer steps (or null)")
+    batches = len(datamodule.train_dataloader())
+    accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
+    per_epoch = max(1, math.ceil(batches / accumulate))
+    epochs = max(int(budget.get("min_epochs", 1)), math.ceil(int(steps) / per_epoch))
+    epochs = min(epochs, int(budget.get("max_epochs", 1000)))
+    patience = max(int(budget.get("min_patience", 5)), round(float(budget.get("patience", 0.2)) * epochs))
+    with open_dict(cfg):
+        cfg.trainer.max_epochs = epochs
+        stopper = (cfg.get("callbacks") or {}).get("early_stopping")
+        if stopper is not None:
+            cfg.callbacks.early_stopping.patience = patience
+    message = (f"budget.steps={steps}: {per_epoch} steps per epoch -> trainer.max_epochs={epochs}"
+               + (f", early-stopping patience {patience}" if stopper is not None else ""))
+    log.info("%s", message)
+    return message
+
+
 def check_lengths(model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
     """Every split's longest item against the network's length limit, before any training."""
     limit = model.net.max_tokens
@@ -159,6 +185,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.training.resume)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    plan_budget(cfg, datamodule)
     selection = plan_selection(cfg, datamodule.split_sizes())
     if selection:
         log.warning("%s", selection)

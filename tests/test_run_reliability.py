@@ -27,6 +27,7 @@ from seqattn.training.callbacks import MonitorGuard
 from tests.workflows import QUIET, TASKS, compose
 
 REPO = Path(seqattn.__file__).resolve().parents[1]
+KEEP_STOPPING = [q for q in QUIET if "early_stopping" not in q]  # quiet, with the recipe's early stopping
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def test_a_run_without_validation_trains_all_its_epochs_and_keeps_the_last(tmp_p
     probe = instantiate(compose(["task=social"] + QUIET, tmp_path / "p", tmp_path / "data").data)
     edges = probe.graph_files()[1]
     cfg = compose(["task=social", f"data.nodes={nodes}", f"data.edges={edges}", "model.dim=32", "model.depth=2",
-                   "trainer.max_epochs=12", "plot=false"] + QUIET[:-1], tmp_path / "run", tmp_path / "data")
+                   "trainer.max_epochs=12", "plot=false"] + KEEP_STOPPING, tmp_path / "run", tmp_path / "data")
     with caplog.at_level(logging.WARNING, logger="seqattn.run"):
         metrics = train(cfg)
     assert metrics["epochs"] == 12  # not one: nothing stopped it early
@@ -231,3 +232,21 @@ def test_the_epoch_line_shows_this_epochs_training_loss(tmp_path, caplog):
     for line, row in zip(lines, logged):
         shown = float(line.split("train/loss_epoch=")[1].split()[0])
         assert shown == pytest.approx(float(row["train/loss_epoch"]), abs=1e-4)
+
+
+def test_a_step_budget_sets_the_epochs_and_patience_from_the_data(tmp_path):
+    from seqattn.run import plan_budget
+
+    cfg = compose(TASKS["text_cls"].overrides + KEEP_STOPPING + ["budget.steps=100", "budget.patience=0.5"],
+                  tmp_path / "run", tmp_path / "data")
+    datamodule = instantiate(cfg.data)
+    datamodule.setup("fit")
+    batches = len(datamodule.train_dataloader())  # 400 sentences / 32
+    assert "trainer.max_epochs=8" in plan_budget(cfg, datamodule) and batches == 13
+    assert cfg.trainer.max_epochs == 8 and cfg.callbacks.early_stopping.patience == 5  # ceil(100 / 13); max(5, 4)
+    small = compose(TASKS["text_cls"].overrides + KEEP_STOPPING + ["budget.steps=100", "data.synth.n_train=64"],
+                    tmp_path / "run2", tmp_path / "data")
+    datamodule = instantiate(small.data)
+    datamodule.setup("fit")
+    plan_budget(small, datamodule)
+    assert small.trainer.max_epochs == 50  # 2 batches per epoch: a small set trains more epochs

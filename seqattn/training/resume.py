@@ -145,5 +145,7 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictCon
         cfg.ckpt_path = str(last)
         cfg.paths.output_dir = str(run_dir)
         cfg.resume = str(run_dir)
+        if cfg.get("budget") is not None:  # the saved trainer.max_epochs already holds the budget's plan
+            cfg.budget.steps = None
     log.info("resuming %s from %s", run_dir, last)
     return cfg
