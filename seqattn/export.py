@@ -51,11 +51,13 @@ class ExportableNet(nn.Module):
         return out["logits"], out["mask"]
 
 
-def example_batch(checkpoint: dict[str, Any], net: nn.Module, source: str | Path | None = None) -> dict[str, Any]:
+def example_batch(checkpoint: dict[str, Any], net: nn.Module, source: str | Path | None = None,
+                  spec: Any = None) -> dict[str, Any]:
     """A batch to trace with: the first batch of ``source`` through the datamodule's ``predict_loader``,
     else the adapter's own example inputs (from the checkpoint alone: no data needed)."""
     if source is not None:
         datamodule = instantiate(checkpoint["seqattn_config"]["data"], _convert_="all")
+        datamodule.for_prediction(spec)
         return next(iter(datamodule.predict_loader(source)))
     return net.adapter.example_inputs()
 
@@ -74,7 +76,7 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
             "Python, which a trace or torch.export would freeze to the example; use seqattn.load(ckpt).predict"
         )
     wrapper = ExportableNet(model.net).eval()
-    batch = example_batch(checkpoint, model.net, source)
+    batch = example_batch(checkpoint, model.net, source, model.spec)
     if model.net.export_input_names and not all(k in batch for k in model.net.export_input_names):
         batch = {**batch, **adapter.export_inputs_from(batch)}  # e.g. text: words -> ids tensors
     missing = [k for k in wrapper.input_names if k not in batch]

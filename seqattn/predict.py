@@ -92,6 +92,7 @@ class Predictor:
         model = build_model(checkpoint)
         config = checkpoint["seqattn_config"]
         datamodule = instantiate(config["data"], _convert_="all")
+        datamodule.for_prediction(model.spec)  # e.g. the training image size found in the data
         return cls(model, datamodule, config, device)
 
     def batches(self, source: str | Path, batch_size: int | None = None,

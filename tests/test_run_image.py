@@ -84,12 +84,14 @@ def test_cnn_and_local_window_run_through_the_same_recipe(compose_cfg):
 
 
 def test_learned_2d_positions_by_config_take_the_grid_from_the_data(compose_cfg):
+    from seqattn.run import build_objective
+
     cfg = compose_cfg(["task=image", "adapter.positional=learned2d", "data.image_size=[16,16]",
                        "adapter.mode=patches", "adapter.patch_size=4"])
-    net = instantiate(cfg.net, head={"num_outputs": 5}, _convert_="all")
-    assert net.adapter.grid == (4, 4)
     datamodule = instantiate(cfg.data, shapes={"n_train": 4, "n_val": 4, "n_test": 4})
     datamodule.setup()
+    net = build_objective(cfg, datamodule).net  # the image size reaches the adapter in the data's spec
+    assert net.adapter.grid == (4, 4)
     batch = next(iter(datamodule.test_dataloader()))
     assert net(batch)["logits"].shape == (4, 5)
     with pytest.raises(ValueError, match=r"4×4 token grid, got a 8×8 grid"):

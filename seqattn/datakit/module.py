@@ -255,6 +255,11 @@ class TaskDataModule(L.LightningDataModule):
         """Inputs left out while reading a prediction source (``on_error="skip"``): kept for the report."""
         self.predict_errors.extend(bad)
 
+    def for_prediction(self, spec: DataSpec | None) -> None:
+        """Before predicting with a trained model: take what the training data decided and a fresh
+        DataModule cannot know (e.g. the image size found in the training images) from the model's spec.
+        Default: nothing."""
+
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
         """Batches of a user's unlabeled inputs read from ``source`` (a file or folder in the task's
         predict format). Needs no ``setup()``: what it needs comes from this module's config."""

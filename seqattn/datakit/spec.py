@@ -48,7 +48,8 @@ class DataSpec:
         labels: class names (index -> name), or target names for property prediction.
         vocab: a text vocabulary (``<pad>``, ``<unk>``, words...), or None.
         chars: a character vocabulary for character-level word features, or None.
-        sizes: feature widths the adapter needs (e.g. ``node_features``, ``edge_features``).
+        sizes: feature widths the adapter needs (e.g. ``node_features``, ``edge_features``; an int, or a
+            list of ints such as ``image_size = [H, W]``).
         target_kinds, target_mean, target_std: per target, ``regression`` | ``classification`` and the
             training split's mean / std (property prediction).
         provides: extra batch inputs the data computes and how, e.g. ``{"pe": "laplacian/8"}``
@@ -61,7 +62,7 @@ class DataSpec:
     labels: tuple[str, ...] | None = None
     vocab: tuple[str, ...] | None = None
     chars: tuple[str, ...] | None = None
-    sizes: Mapping[str, int] = field(default_factory=dict)
+    sizes: Mapping[str, int | list[int]] = field(default_factory=dict)
     target_kinds: tuple[str, ...] | None = None
     target_mean: tuple[float, ...] | None = None
     target_std: tuple[float, ...] | None = None
@@ -77,7 +78,8 @@ class DataSpec:
         set_(self, "subsets", self.subsets or ())
         for name in ("target_mean", "target_std"):
             set_(self, name, _floats(getattr(self, name), name))
-        set_(self, "sizes", {str(k): int(v) for k, v in dict(self.sizes or {}).items()})
+        set_(self, "sizes", {str(k): (list(int(x) for x in v) if isinstance(v, (list, tuple)) else int(v))
+                             for k, v in dict(self.sizes or {}).items()})
         set_(self, "provides", {str(k): str(v) for k, v in dict(self.provides or {}).items()})
         if self.labels is not None and len(self.labels) != self.num_outputs:
             raise ValueError(f"DataSpec has {len(self.labels)} label names for num_outputs={self.num_outputs}")

@@ -58,11 +58,13 @@ class ImageAdapter(AdapterBase):
     Args:
         dim: model width D.
         mode: ``pixels`` (a token per pixel) | ``patches`` (a token per ``patch_size²`` patch).
-        patch_size: patch side p for ``mode="patches"``.
+        patch_size: patch side p for ``mode="patches"``, or ``"auto"``: about 8 patches per side of the
+            training image (``max(1, round(min(H, W) / 8))``: 8×8 -> 1, 16×16 -> 2, 28×28 -> 4, 64×64 -> 8).
         in_channels: channels the projection expects (3 = RGB); a 1-channel (grayscale) input is
             repeated to ``in_channels``; any other mismatch raises ``ValueError``.
         positional: ``sinusoidal2d`` | ``learned2d`` | ``none`` (added here, in 2-D).
-        image_size: ``H`` or ``(H, W)`` of the training images: ``learned2d``'s grid is
+        image_size: ``H`` or ``(H, W)`` of the training images (from the data's spec,
+            ``sizes.image_size``): ``learned2d``'s grid is
             ``ceil(H / p) × ceil(W / p)`` unless ``grid`` is given.
         grid: ``(h, w)`` token grid of ``learned2d`` (pixels: the image size; patches: size / p).
         interpolate: ``learned2d`` only: resize the table to another grid instead of raising; in a padded
@@ -79,12 +81,13 @@ class ImageAdapter(AdapterBase):
     """
 
     inputs = ("images", "pixel_mask")
+    spec_fields = {"image_size": "sizes.image_size"}
 
     def __init__(
         self,
         dim: int,
         mode: str = "pixels",
-        patch_size: int = 4,
+        patch_size: int | str = 4,
         in_channels: int = 3,
         positional: str = "sinusoidal2d",
         image_size: int | Sequence[int] | None = None,
@@ -105,8 +108,13 @@ class ImageAdapter(AdapterBase):
             raise ValueError(f"normalize must be 'fixed' or 'image', got {normalize!r}")
         if in_channels < 1:
             raise ValueError(f"in_channels must be >= 1, got {in_channels}")
-        if mode == "patches" and (patch_size is None or int(patch_size) < 1):
-            raise ValueError(f"mode='patches' needs patch_size >= 1, got {patch_size!r}")
+        if mode == "patches" and patch_size == "auto":
+            if image_size is None:
+                raise ValueError("patch_size='auto' needs the training image size (image_size, from the data)")
+            size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+            patch_size = max(1, round(min(int(s) for s in size) / 8))
+        if mode == "patches" and (patch_size is None or isinstance(patch_size, str) or int(patch_size) < 1):
+            raise ValueError(f"mode='patches' needs patch_size >= 1 or 'auto', got {patch_size!r}")
         if window is not None and (int(window) < 1 or int(window) % 2 == 0):
             raise ValueError(f"window must be an odd size >= 1 (a k×k neighbourhood) or None, got {window}")
         if positional == "sinusoidal2d" and dim % 4:

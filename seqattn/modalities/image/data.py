@@ -50,9 +50,11 @@ from torch.utils.data import DataLoader, Dataset
 from seqattn.datakit.items import Item
 from seqattn.datakit.module import TaskDataModule
 from seqattn.datakit.splits import split
+from seqattn.datakit.spec import DataSpec
 from seqattn.modalities.image.readers import (
     BAD_FILE,
     RESIZE,
+    common_size,
     fit_image,
     list_image_files,
     load_images,
@@ -85,8 +87,46 @@ class ImageDataset(Dataset):
         return len(self.images)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return {"image": self.images[index], "pixel_mask": self.masks[index],
+        image, mask = self.images[index], self.masks[index]
+        if self.augment is not None:
+            image, mask = self.augment(image, mask)
+        return {"image": image, "pixel_mask": mask,
                 "label": None if self.labels is None else self.labels[index], "id": self.ids[index]}
+
+    augment: "Augment | None" = None
+
+
+class Augment:
+    """Label-preserving training augmentation of one image: a random shift by up to ``shift`` of its
+    side (the image moves, its pixel mask with it, zeros come in at the border) and, with ``flip``, a
+    random horizontal flip (off by default: a flip changes digits and letters). Draws from torch's
+    global generator, so an exactly resumed run draws the same shifts."""
+
+    def __init__(self, shift: float = 0.0, flip: bool = False) -> None:
+        if not 0.0 <= shift < 0.5:
+            raise ValueError(f"augment.shift={shift} must be a fraction of the image side in [0, 0.5)")
+        self.shift, self.flip = float(shift), bool(flip)
+
+    def __call__(self, image: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, h, w = image.shape
+        if self.flip and bool(torch.rand(()) < 0.5):
+            image, mask = image.flip(-1), mask.flip(-1)
+        dy_max, dx_max = int(round(self.shift * h)), int(round(self.shift * w))
+        if dy_max or dx_max:
+            dy = int(torch.randint(-dy_max, dy_max + 1, ()))
+            dx = int(torch.randint(-dx_max, dx_max + 1, ()))
+            image, mask = _translate(image, dy, dx), _translate(mask, dy, dx)
+        return image, mask
+
+
+def _translate(x: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """``[..., H, W]`` moved by ``(dy, dx)`` pixels, zeros (False) coming in."""
+    out = torch.zeros_like(x)
+    h, w = x.shape[-2:]
+    ys, yd = (slice(0, h - dy), slice(dy, h)) if dy >= 0 else (slice(-dy, h), slice(0, h + dy))
+    xs, xd = (slice(0, w - dx), slice(dx, w)) if dx >= 0 else (slice(-dx, w), slice(0, w + dx))
+    out[..., yd, xd] = x[..., ys, xs]
+    return out
 
 
 def collate_images(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -149,13 +189,17 @@ class ImageDataModule(TaskDataModule):
         source: ``shapes`` | ``folder`` | ``csv`` | ``cifar10`` | ``mnist``; None: ``folder`` / ``csv``
             when ``path`` is a folder / a file, else ``shapes``.
         path: the image folder or CSV (``folder`` / ``csv``).
-        image_size: ``H`` or ``(H, W)`` every image is brought to (``shapes``: the generated side).
+        image_size: ``H`` or ``(H, W)`` every image is brought to (``shapes``: the generated side); None:
+            16 for shapes, the dataset's own size for CIFAR-10 / MNIST, and for your files the most common
+            size of the training images. The size travels in the data's spec into the model.
         resize: ``resize`` | ``pad`` | ``none`` for images of another size.
         on_bad_file: ``error`` (default) | ``skip`` for unreadable image files.
         download: let torchvision download public datasets (False: use only files already there).
         shapes: arguments of :func:`seqattn.modalities.image.shapes.generate_shapes` plus ``n_train``,
             ``n_val``, ``n_test``.
         csv_columns: ``{path, label, split}`` column names of a CSV.
+        augment: training-only, label-preserving: ``{shift: fraction of the side, flip: bool}``
+            (:class:`Augment`); ``shift: 0`` turns it off.
     """
 
     collate = staticmethod(collate_images)
@@ -165,7 +209,7 @@ class ImageDataModule(TaskDataModule):
         source: str | None = None,
         path: str | None = None,
         data_dir: str | None = None,
-        image_size: int | Sequence[int] = 16,
+        image_size: int | Sequence[int] | None = None,
         resize: str = "resize",
         on_bad_file: str = "error",
         download: bool = True,
@@ -179,6 +223,7 @@ class ImageDataModule(TaskDataModule):
         limit: int | None = None,
         labels: Sequence[str] | None = None,
         encoding: str = "utf-8",
+        augment: Mapping[str, Any] | None = None,
     ) -> None:
         if source is None:
             source = "shapes" if not path else ("folder" if Path(path).expanduser().is_dir() else "csv")
@@ -200,7 +245,14 @@ class ImageDataModule(TaskDataModule):
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
                          encoding=encoding)
         self.source, self.path = source, path
-        self.image_size = size_2d(image_size)
+        if image_size is None and source in ("shapes", "cifar10", "mnist"):
+            image_size = {"shapes": 16, "cifar10": 32, "mnist": 28}[source]
+        self.image_size = size_2d(image_size) if image_size is not None else None  # files: found in setup()
+        augment = dict(augment or {})
+        unknown = set(augment) - {"shift", "flip"}
+        if unknown:
+            raise ValueError(f"augment has unknown option(s) {sorted(unknown)}; expected shift, flip")
+        self.augment = Augment(**augment) if augment and (augment.get("shift") or augment.get("flip")) else None
         self.resize, self.on_bad_file, self.download = resize, on_bad_file, bool(download)
         self.shapes = shapes
         if source == "shapes" and self.image_size[0] != self.image_size[1]:
@@ -224,6 +276,8 @@ class ImageDataModule(TaskDataModule):
             self._setup_public()
         else:
             self._setup_files()
+        if self.augment is not None and "train" in self.datasets:
+            self.datasets["train"].augment = self.augment
         log.info("image data (%s): %s images, %d classes %s, size %s (%s)", self.source,
                  {n: len(d) for n, d in self.datasets.items()}, len(self._labels), self._labels, self.image_size,
                  self.resize)
@@ -266,12 +320,26 @@ class ImageDataModule(TaskDataModule):
             self.datasets[split_name] = ImageDataset(imgs, masks, y[idx].tolist(),
                                                      [f"{split_name}/{int(i)}" for i in idx])
 
+    def spec(self) -> DataSpec:
+        """Classes and the training image size (``sizes.image_size = [H, W]``)."""
+        return DataSpec(num_outputs=self.num_classes, labels=self.label_names,
+                        sizes={"image_size": list(self.image_size)})
+
+    def for_prediction(self, spec: DataSpec | None) -> None:
+        """Images to predict on are brought to the training size found in the data (``image_size: null``)."""
+        if self.image_size is None and spec is not None and "image_size" in spec.sizes:
+            self.image_size = size_2d(spec.sizes["image_size"])
+
     def _setup_files(self) -> None:
         if self.source == "folder":
             items = read_image_folder(self.path)
         else:
             cols = self.csv_columns
             items = read_image_csv(self.path, cols["path"], cols["label"], cols["split"], self.encoding)
+        if self.image_size is None:
+            self.image_size = common_size(items)
+            log.info("image_size: %s, the most common size of the %d images (data.image_size to change it)",
+                     self.image_size, len(items))
         loaded, items, bad = load_images(items, self.image_size, self.resize, self.on_bad_file)
         self.skipped = bad
         position = {id(it): k for k, it in enumerate(items)}
@@ -296,6 +364,9 @@ class ImageDataModule(TaskDataModule):
         brought to ``image_size`` by the ``resize`` rule of training: ``images``, ``pixel_mask``, ``ids``
         (paths relative to the folder). Needs neither ``prepare_data()`` nor ``setup()``;
         unreadable files follow ``on_bad_file``."""
+        if self.image_size is None:
+            raise ValueError("predicting needs the training image size: load the model with seqattn.load(ckpt), "
+                             "or give data.image_size")
         source = Path(source).expanduser()
         files = list_image_files(source)
         base = source if source.is_dir() else source.parent

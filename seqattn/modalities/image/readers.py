@@ -153,6 +153,27 @@ def read_image_csv(path: str | Path, path_column: str = "path", label_column: st
     return items
 
 
+def common_size(items: Sequence[Mapping[str, Any]], sample: int = 2000) -> tuple[int, int]:
+    """The most common ``(H, W)`` among the images of ``items`` (read from the file headers; at most
+    ``sample`` files, evenly spread). Unreadable files are left to :func:`load_images` to report."""
+    from collections import Counter
+
+    from PIL import Image
+
+    step = max(1, len(items) // sample)
+    sizes: Counter = Counter()
+    for item in list(items)[::step]:
+        try:
+            with Image.open(item["path"]) as image:
+                w, h = image.size
+        except Exception:  # noqa: BLE001 -- reported with its file by load_images
+            continue
+        sizes[(int(h), int(w))] += 1
+    if not sizes:  # nothing readable: load_images lists every file with its reason
+        return (16, 16)
+    return sizes.most_common(1)[0][0]
+
+
 def load_images(items: Sequence[Mapping[str, Any]], size: tuple[int, int], resize: str, on_bad_file: str,
                 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[Mapping[str, Any]], list[tuple[str, str]]]:
     """Read and fit every item's image. Returns ``(images [(image, mask)], kept items, bad [(path, reason)])``;

@@ -155,6 +155,8 @@ def test_predict_loader_needs_no_setup_and_keeps_ids(tmp_path):
     single = next(iter(dm.predict_loader(root / "b.png")))
     assert single["ids"] == ["b.png"]
     (root / "c.png").write_bytes(b"broken")
+    assert len(list(dm.predict_loader(root))) == 1 and dm.predict_errors[0][0].endswith("c.png")  # skipped, listed
+    dm.on_error = "stop"
     with pytest.raises(ValueError, match=r"c\.png"):
         dm.predict_loader(root)
     probs = torch.tensor([[0.2, 0.8], [0.9, 0.1]])
@@ -176,3 +178,28 @@ def test_bad_arguments():
         ImageDataModule(on_bad_file="ignore")
     with pytest.raises(ValueError, match="square"):
         ImageDataModule(image_size=[16, 32])
+
+
+def test_the_image_size_and_patch_come_from_the_files_and_shifts_keep_the_mask(tmp_path):
+    from seqattn.modalities.image.adapter import ImageAdapter
+    from seqattn.modalities.image.data import Augment
+
+    for cls in ("a", "b"):
+        for i in range(4):
+            _write_png(tmp_path / "img" / cls / f"{i}.png", 8, 8)
+    _write_png(tmp_path / "img" / "a" / "odd.png", 10, 6)  # another size: resized to the common one
+    dm = ImageDataModule(path=str(tmp_path / "img"), val_fraction=0.25, test_fraction=0.25, augment={"shift": 0.125})
+    dm.setup()
+    assert dm.image_size == (8, 8) and dm.spec().sizes == {"image_size": [8, 8]}
+    adapter = ImageAdapter(8, mode="patches", patch_size="auto", image_size=dm.spec().sizes["image_size"])
+    assert adapter.patch == 1  # an 8×8 image: one token per pixel
+    assert ImageAdapter(8, mode="patches", patch_size="auto", image_size=32).patch == 4
+    fresh = ImageDataModule(path="/somewhere/else")  # a checkpoint's data config: image_size null
+    fresh.for_prediction(dm.spec())
+    assert fresh.image_size == (8, 8)
+    torch.manual_seed(0)
+    image, mask = torch.rand(3, 8, 8), torch.ones(8, 8, dtype=torch.bool)
+    shifted, moved = Augment(shift=0.25)(image, mask)
+    dy, dx = torch.nonzero(moved).min(0).values.tolist()  # where the real area starts now
+    assert moved.sum() < 64 and torch.equal(shifted * moved, shifted)  # no pixel outside the moved mask
+    assert dm.datasets["train"].augment is not None and dm.datasets["test"].augment is None  # training only
