@@ -33,6 +33,7 @@ import traceback
 from typing import Any, Callable
 
 from seqattn.bench import core as bench_core
+from seqattn.datakit.files import resolve_data_dir
 
 LARGE_IMPLS = ("seqattn_edge", "pyg_transformer_conv", "seqattn_edge_no_out_proj")
 MOLECULE_IMPLS = ("dense", "edge", "auto")
@@ -207,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=5.0, help="seconds of timed steps per cell when adaptive")
     parser.add_argument("--epoch-limit", type=int, default=None, help="data.limit for the epoch (default: all)")
     parser.add_argument("--no-epoch", action="store_true", help="skip the training-epoch measurement")
-    parser.add_argument("--data-dir", default=os.environ.get("SEQATTN_DATA_DIR", os.path.expanduser("~/.cache/seqattn")))
+    parser.add_argument("--data-dir", default=str(resolve_data_dir()))
     parser.add_argument("--cell-timeout", type=float, default=900.0)
     parser.add_argument("--out", metavar="FILE.md", help="also write the report here")
     parser.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
