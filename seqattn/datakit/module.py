@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from seqattn.datakit.files import resolve_data_dir
 from seqattn.datakit.items import Item
@@ -75,6 +75,19 @@ def collate_skipping(collate: Callable[[list[Any]], dict[str, Any]]) -> Callable
         return batch
 
     return wrapped
+
+
+class SeededItems(RandomSampler):
+    """A shuffling sampler that hands out ``(index, seed)``: the seed, drawn from the same generator as
+    the permutation, is what the item draws its randomness from (a training augmentation). The
+    shuffling generator is checkpointed (:mod:`seqattn.training.resume`), so a run resumed mid-epoch
+    redraws the same order *and* the same augmentations. For datasets with ``seeded_items = True``."""
+
+    def __iter__(self):
+        n = len(self.data_source)
+        order = torch.randperm(n, generator=self.generator).tolist()
+        seeds = torch.randint(0, 2**62, (n,), generator=self.generator).tolist()
+        yield from zip(order, seeds)
 
 
 class ListDataset(Dataset):
@@ -216,7 +229,10 @@ class TaskDataModule(L.LightningDataModule):
     def loader(self, dataset: Dataset, shuffle: bool = False, batch_size: int | None = None,
                collate: Callable | None = None) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, generator=generator,
+        sampler = SeededItems(dataset, generator=generator) if shuffle and getattr(dataset, "seeded_items", False) \
+            else None
+        return DataLoader(dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle and sampler is None,
+                          sampler=sampler, generator=generator,
                           num_workers=self.num_workers, collate_fn=collate or self.collate,
                           persistent_workers=self.num_workers > 0)
 

@@ -312,8 +312,9 @@ class MoleculeDataModule(TaskDataModule):
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
         """Batches of molecules to predict: a CSV with a header and the ``smiles_column`` (and
         ``id_column`` if configured; other columns are ignored), or a ``.smi`` / ``.txt`` file with one
-        SMILES (and an optional name) per line. Invalid SMILES stop with the list unless
-        ``skip_invalid=true`` was set explicitly. Works without ``setup()``."""
+        SMILES (and an optional name) per line. Invalid SMILES are left out and recorded
+        (``predict_errors``, file:line) with ``on_error="skip"`` (the default) or ``skip_invalid=true``;
+        with ``on_error="stop"`` they stop with the list. Works without ``setup()``."""
         path = Path(source).expanduser()
         if not path.is_file():
             raise ValueError(f"predict input {path} is not a file (expected a SMILES .csv, .smi or .txt)")

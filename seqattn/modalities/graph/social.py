@@ -123,6 +123,12 @@ def _first(items: list[dict[str, Any]]) -> dict[str, Any]:
     return items[0]
 
 
+def _world_size() -> int:
+    """Processes in the running ``torch.distributed`` group (1 outside one)."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def item_positional_encoding(batch: dict[str, Any], kind: str, k: int) -> torch.Tensor:
     """``pe [B, N, k]`` of a padded batch, each item's encoding computed on its own graph (its real
     nodes and the edges inside it); zeros on padding."""
@@ -403,8 +409,14 @@ class SocialDataModule(TaskDataModule):
         if self.resolved_mode(g.num_nodes) == "full":
             if self._pe is None:
                 self._pe = self._graph_pe(g)
-            times = self.steps_per_epoch if stage == "train" else 1
-            return DataLoader(_Repeat(full_batch(g, labeled, pe=self._pe), times), batch_size=1, collate_fn=_first)
+            if stage == "train":
+                return DataLoader(_Repeat(full_batch(g, labeled, pe=self._pe), self.steps_per_epoch), batch_size=1,
+                                  collate_fn=_first)
+            # evaluation: one item per process, each scoring its own share of the split's nodes, so that
+            # under DDP the distributed sampler hands each process one item and no node is counted twice
+            world = _world_size()
+            parts = [full_batch(g, labeled[rank::world], pe=self._pe) for rank in range(world)]
+            return DataLoader(parts, batch_size=1, collate_fn=_first)
         if labeled.numel() == 0:
             log.warning("the %s split has no labeled nodes", stage)
         train = stage == "train"

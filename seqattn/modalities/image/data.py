@@ -86,35 +86,47 @@ class ImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        """``key``: an index, or ``(index, seed)`` from :class:`seqattn.datakit.module.SeededItems`
+        (the seed drives this item's augmentation)."""
+        index, seed = key if isinstance(key, tuple) else (key, None)
         image, mask = self.images[index], self.masks[index]
         if self.augment is not None:
-            image, mask = self.augment(image, mask)
+            generator = torch.Generator().manual_seed(seed) if seed is not None else None
+            image, mask = self.augment(image, mask, generator)
         return {"image": image, "pixel_mask": mask,
                 "label": None if self.labels is None else self.labels[index], "id": self.ids[index]}
 
     augment: "Augment | None" = None
 
+    @property
+    def seeded_items(self) -> bool:
+        """Augmented items draw from a per-item seed (exact resume), see :class:`SeededItems`."""
+        return self.augment is not None
+
 
 class Augment:
     """Label-preserving training augmentation of one image: a random shift by up to ``shift`` of its
     side (the image moves, its pixel mask with it, zeros come in at the border) and, with ``flip``, a
-    random horizontal flip (off by default: a flip changes digits and letters). Draws from torch's
-    global generator, so an exactly resumed run draws the same shifts."""
+    random horizontal flip (off by default: a flip changes digits and letters). Draws from the given
+    generator (the training loader seeds one per item, so an exactly resumed run draws the same
+    shifts), else from torch's global one."""
 
     def __init__(self, shift: float = 0.0, flip: bool = False) -> None:
         if not 0.0 <= shift < 0.5:
             raise ValueError(f"augment.shift={shift} must be a fraction of the image side in [0, 0.5)")
         self.shift, self.flip = float(shift), bool(flip)
 
-    def __call__(self, image: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, image: torch.Tensor, mask: torch.Tensor,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``image [C, H, W]``, ``mask [H, W]`` -> the same shapes, moved (and maybe flipped)."""
         _, h, w = image.shape
-        if self.flip and bool(torch.rand(()) < 0.5):
+        if self.flip and bool(torch.rand((), generator=generator) < 0.5):
             image, mask = image.flip(-1), mask.flip(-1)
         dy_max, dx_max = int(round(self.shift * h)), int(round(self.shift * w))
         if dy_max or dx_max:
-            dy = int(torch.randint(-dy_max, dy_max + 1, ()))
-            dx = int(torch.randint(-dx_max, dx_max + 1, ()))
+            dy = int(torch.randint(-dy_max, dy_max + 1, (), generator=generator))
+            dx = int(torch.randint(-dx_max, dx_max + 1, (), generator=generator))
             image, mask = _translate(image, dy, dx), _translate(mask, dy, dx)
         return image, mask
 

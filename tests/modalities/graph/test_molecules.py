@@ -232,5 +232,9 @@ def test_predict_loader_needs_no_setup_and_reads_csv_and_smi(tmp_path):
     assert next(iter(dm.predict_loader(smi)))["ids"] == ["ethanol", "c1ccccc1"]
     bad = tmp_path / "bad.smi"
     bad.write_text("CCO\nC1CC(\n")
+    assert [b["ids"] for b in dm.predict_loader(bad)] == [["CCO"]]  # skipped by default, and reported
+    assert [(where.rsplit("/", 1)[-1], why) for where, why in dm.predict_errors] == [
+        ("bad.smi:2", "RDKit cannot parse the SMILES 'C1CC('")]
+    dm.on_error = "stop"
     with pytest.raises(ValueError, match=r"bad.smi:2: 'C1CC\('"):
         dm.predict_loader(bad)
