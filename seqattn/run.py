@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from seqattn.model.build import locate
 from seqattn.training.callbacks import LastCheckpoint
 from seqattn.training.finetune import apply_finetune
+from seqattn.training.length import plan_length
 from seqattn.training.resume import finished_run, keep_previous_metrics, resumable_train_loader, resume_config
 from seqattn.training.sweep import record_failure
 
@@ -159,6 +160,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.training.resume)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    length = plan_length(cfg, datamodule.split_sizes().get("train", 0), _overridden)  # train_length: epochs from the data
+    if length:
+        log.info("%s", length)
     selection = plan_selection(cfg, datamodule.split_sizes())
     if selection:
         log.warning("%s", selection)
@@ -198,6 +202,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["finetune"] = finetune
     if selection:
         metrics["selection"] = selection
+    if length:
+        metrics["train_length"] = length
     if checkpoint is not None and checkpoint.monitor and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):
