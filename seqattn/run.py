@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import hydra
 import lightning as L
@@ -118,9 +118,12 @@ def plan_selection(cfg: DictConfig, sizes: dict[str, int]) -> str | None:
     return reason
 
 
-def plan_budget(cfg: DictConfig, datamodule: L.LightningDataModule) -> str | None:
+def plan_budget(cfg: DictConfig, datamodule: L.LightningDataModule,
+                overridden: Callable[[str], bool] = lambda key: False) -> str | None:
     """``budget.steps``: the epochs (and early-stopping patience) that give about that many optimizer
-    steps on this data; edits ``cfg.trainer.max_epochs`` and the patience, logs the plan."""
+    steps on this data; edits ``cfg.trainer.max_epochs`` and the patience, logs the plan. A
+    ``trainer.max_epochs`` or ``callbacks.early_stopping.patience`` given on the command line
+    (``overridden(key)``) wins for that value."""
     budget = cfg.get("budget") or {}
     steps = budget.get("steps")
     if not steps:
@@ -133,13 +136,20 @@ def plan_budget(cfg: DictConfig, datamodule: L.LightningDataModule) -> str | Non
     epochs = max(int(budget.get("min_epochs", 1)), math.ceil(int(steps) / per_epoch))
     epochs = min(epochs, int(budget.get("max_epochs", 1000)))
     patience = max(int(budget.get("min_patience", 5)), round(float(budget.get("patience", 0.2)) * epochs))
+    given_epochs, given_patience = overridden("trainer.max_epochs"), overridden("callbacks.early_stopping.patience")
     with open_dict(cfg):
+        if given_epochs:
+            epochs = int(cfg.trainer.max_epochs)
         cfg.trainer.max_epochs = epochs
         stopper = (cfg.get("callbacks") or {}).get("early_stopping")
         if stopper is not None:
+            if given_patience:
+                patience = int(stopper.patience)
             cfg.callbacks.early_stopping.patience = patience
     message = (f"budget.steps={steps}: {per_epoch} steps per epoch -> trainer.max_epochs={epochs}"
-               + (f", early-stopping patience {patience}" if stopper is not None else ""))
+               + (" (given)" if given_epochs else "")
+               + (f", early-stopping patience {patience}" + (" (given)" if given_patience else "")
+                  if stopper is not None else ""))
     log.info("%s", message)
     return message
 
@@ -185,7 +195,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.training.resume)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    plan_budget(cfg, datamodule)
+    length = plan_budget(cfg, datamodule, _overridden)
     selection = plan_selection(cfg, datamodule.split_sizes())
     if selection:
         log.warning("%s", selection)
@@ -225,6 +235,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["finetune"] = finetune
     if selection:
         metrics["selection"] = selection
+    if length:
+        metrics["budget"] = length
     if checkpoint is not None and checkpoint.monitor and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):

@@ -250,3 +250,11 @@ def test_a_step_budget_sets_the_epochs_and_patience_from_the_data(tmp_path):
     datamodule.setup("fit")
     plan_budget(small, datamodule)
     assert small.trainer.max_epochs == 50  # 2 batches per epoch: a small set trains more epochs
+    # a value given on the command line wins over the plan for that value
+    given = compose(TASKS["text_cls"].overrides + KEEP_STOPPING + ["budget.steps=100", "trainer.max_epochs=3"],
+                    tmp_path / "run3", tmp_path / "data")
+    datamodule = instantiate(given.data)
+    datamodule.setup("fit")
+    message = plan_budget(given, datamodule, overridden=lambda key: key == "trainer.max_epochs")
+    assert given.trainer.max_epochs == 3 and "trainer.max_epochs=3 (given)" in message
+    assert given.callbacks.early_stopping.patience == 5  # max(min_patience 5, 0.2 * 3)

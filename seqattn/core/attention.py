@@ -10,6 +10,12 @@ k q/k width per head (dim_k / h), v value width per head (dim_v / h).
 
 scaled by √(head width) — not √(total width) — with heads kept apart and a W^O
 that maps ``dim_v`` back to ``dim`` (the three bugs of the seed's sample code).
+
+With ``edge_dim > 0`` the layer also reads per-pair features (graph edges, ``c = edge_dim``) and adds
+their projections to the keys and values (PyG ``TransformerConv(edge_dim=...)``, with separate key and
+value projections)::
+
+    score_ls = q_l · (k_s + e_ls W^EK) / √k,   out_l = Σ_s a_ls (v_s + e_ls W^EV)
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights (training only).
         bias: bias in the four projections.
         kernel: default kernel, ``sdpa`` | ``math`` | ``linear`` | ``edge``.
+        edge_dim: width C of the per-pair features ``edge_attr`` projected into key and value offsets
+            (``edge_k_proj``, ``edge_v_proj``, no bias); 0 = none.
     """
 
     def __init__(
@@ -44,6 +52,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         kernel: str = "sdpa",
+        edge_dim: int = 0,
     ) -> None:
         super().__init__()
         dim_k = dim if dim_k is None else dim_k
@@ -62,6 +71,11 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(dim, dim_k, bias=bias)
         self.v_proj = nn.Linear(dim, dim_v, bias=bias)
         self.out_proj = nn.Linear(dim_v, dim, bias=bias)
+        if edge_dim < 0:
+            raise ValueError(f"edge_dim must be >= 0, got {edge_dim}")
+        self.edge_dim = int(edge_dim)
+        self.edge_k_proj = nn.Linear(edge_dim, dim_k, bias=False) if edge_dim else None
+        self.edge_v_proj = nn.Linear(edge_dim, dim_v, bias=False) if edge_dim else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -72,6 +86,9 @@ class MultiHeadAttention(nn.Module):
         nn.init.xavier_uniform_(self.out_proj.weight)
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
+        for proj in (self.edge_k_proj, self.edge_v_proj):
+            if proj is not None:
+                proj.reset_parameters()
 
     def _project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # one fused matmul for q, k and v (the parameters stay three separate nn.Linear)
@@ -98,6 +115,7 @@ class MultiHeadAttention(nn.Module):
         edge_bias: torch.Tensor | None = None,
         rotary: nn.Module | None = None,
         kernel: str | None = None,
+        edge_attr: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend.
 
@@ -111,6 +129,9 @@ class MultiHeadAttention(nn.Module):
             edge_index, edge_bias: graph structure for ``kernel='edge'`` (see ``kernels.edge_attention``).
             rotary: a ``RotaryEmbedding`` applied to q and k per head.
             kernel: override the module's default kernel for this call.
+            edge_attr: per-pair features projected into key / value offsets (needs ``edge_dim``):
+                ``[E, C]`` per edge of ``edge_index`` for ``kernel='edge'``, else dense ``[B, L, S, C]``
+                (zeros where there is no pair).
 
         Returns:
             ``[B, L, D]``, or ``(out [B, L, D], weights [B, H, L, S])`` when ``need_weights``.
@@ -141,6 +162,7 @@ class MultiHeadAttention(nn.Module):
         if attn_mask is not None and tuple(attn_mask.shape[-2:]) != (length, src_len):
             raise ValueError(f"attn_mask must end in (L, S) = ({length}, {src_len}), got {tuple(attn_mask.shape)}")
         kernel_mask = build_attention_mask(mask, attn_mask)  # None | [B|1, H|1, L|1, S]
+        edge_key, edge_value = self._edge_offsets(edge_attr, kernel, b, length, src_len)
         result = scaled_dot_product_attention(
             q,
             k,
@@ -151,8 +173,35 @@ class MultiHeadAttention(nn.Module):
             edge_index=edge_index,
             edge_bias=edge_bias,
             need_weights=need_weights,
+            edge_key=edge_key,
+            edge_value=edge_value,
         )
         out, weights = result if need_weights else (result, None)
         out = out.transpose(1, 2).reshape(b, length, self.dim_v)  # [B, H, L, V/H] -> [B, L, V]
         out = self.out_proj(out)  # [B, L, D]
         return (out, weights) if need_weights else out
+
+    def _edge_offsets(self, edge_attr: torch.Tensor | None, kernel: str, b: int, length: int,
+                      src_len: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``edge_attr`` -> per-head key and value offsets: ``[E, H, K/H]``, ``[E, H, V/H]`` (edge kernel)
+        or ``[B, H, L, S, K/H]``, ``[B, H, L, S, V/H]`` (dense kernels)."""
+        if edge_attr is None:
+            return None, None
+        if self.edge_k_proj is None:
+            raise ValueError("edge_attr was given but this attention layer has edge_dim=0 (set edge_dim to its width)")
+        h = self.heads
+        if kernel == "edge":
+            if edge_attr.dim() != 2 or edge_attr.shape[1] != self.edge_dim:
+                raise ValueError(f"edge_attr must be [E, C={self.edge_dim}] for kernel='edge', got "
+                                 f"{tuple(edge_attr.shape)}")
+            e = edge_attr.shape[0]
+            return (self.edge_k_proj(edge_attr).view(e, h, self.dim_k // h),  # [E, H, K/H]
+                    self.edge_v_proj(edge_attr).view(e, h, self.dim_v // h))  # [E, H, V/H]
+        if edge_attr.dim() != 4 or tuple(edge_attr.shape[1:]) != (length, src_len, self.edge_dim) \
+                or edge_attr.shape[0] not in (1, b):
+            raise ValueError(f"edge_attr must be dense [B, L={length}, S={src_len}, C={self.edge_dim}] for "
+                             f"kernel={kernel!r}, got {tuple(edge_attr.shape)}")
+        bb = edge_attr.shape[0]
+        ek = self.edge_k_proj(edge_attr).view(bb, length, src_len, h, self.dim_k // h)  # [B, L, S, H, K/H]
+        ev = self.edge_v_proj(edge_attr).view(bb, length, src_len, h, self.dim_v // h)  # [B, L, S, H, V/H]
+        return ek.permute(0, 3, 1, 2, 4), ev.permute(0, 3, 1, 2, 4)  # [B, H, L, S, K/H], [B, H, L, S, V/H]

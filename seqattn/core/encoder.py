@@ -17,7 +17,7 @@ from torch import nn
 
 from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.masks import local_window_mask
-from seqattn.core.planning import check_graph_path, choose_graph_path, edges_to_dense
+from seqattn.core.planning import check_graph_path, choose_graph_path, edge_attr_to_dense, edges_to_dense
 from seqattn.core.positional import build_positional
 from seqattn.core.tokens import Tokens
 
@@ -49,10 +49,12 @@ class EncoderLayer(nn.Module):
         activation: str = "gelu",
         dim_k: int | None = None,
         dim_v: int | None = None,
+        edge_dim: int = 0,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel)
+        self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel,
+                                       edge_dim=edge_dim)
         self.ff = FeedForward(dim, ff_mult, dropout, activation)
         self.norm1 = nn.LayerNorm(dim)
         self.norm2 = nn.LayerNorm(dim)
@@ -97,6 +99,9 @@ class Encoder(nn.Module):
             it, ``dense`` raises).
         dense_min_fill: ``auto`` picks dense when the edges fill at least this fraction of the
             ``B·N²`` blocks (``python -m seqattn.bench graph``).
+        edge_dim: width C of per-edge features (``Tokens.edge_attr [E, C]``) that every layer projects
+            into key and value offsets (:class:`~seqattn.core.attention.MultiHeadAttention`); 0 = none.
+            The dense path scatters them to ``[B, L, L, C]`` (the math kernel), the edge path keeps them per edge.
     """
 
     def __init__(
@@ -118,6 +123,7 @@ class Encoder(nn.Module):
         graph_path: str = "auto",
         max_dense_bytes: int = 2**30,
         dense_min_fill: float = 0.15,
+        edge_dim: int = 0,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -135,8 +141,12 @@ class Encoder(nn.Module):
         self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
         # the longest sequence the encoder accepts (a learned positional table has a fixed size), or None
         self.max_length: int | None = int(max_len) if positional == "learned" else None
+        if edge_dim and kernel == "linear":
+            raise ValueError("edge_dim needs an exact kernel (sdpa, math or edge); the 'linear' kernel has no pairs")
+        self.edge_dim = int(edge_dim)
         self.layers = nn.ModuleList(
-            EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v)
+            EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v,
+                         edge_dim)
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
@@ -149,6 +159,7 @@ class Encoder(nn.Module):
         edge_index: torch.Tensor | None = None,
         return_attention: bool | list[int] = False,
         edge_bias: torch.Tensor | None = None,
+        edge_attr: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Encode.
 
@@ -160,6 +171,8 @@ class Encoder(nn.Module):
                 into the ``edge`` kernel or a dense mask for the encoder's kernel (``graph_path``).
             return_attention: ``True`` for every layer's weights, or a list of layer indices.
             edge_bias: ``[E, H]`` additive score per edge and head (with ``edge_index``).
+            edge_attr: ``[E, C = edge_dim]`` features per edge (with ``edge_index``), projected by every
+                layer into key and value offsets.
 
         Returns:
             ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B, H, L, L], ...])``.
@@ -172,19 +185,29 @@ class Encoder(nn.Module):
             attn_mask = tokens.attn_mask if attn_mask is None else attn_mask
             edge_index = tokens.edge_index if edge_index is None else edge_index
             edge_bias = tokens.edge_bias if edge_bias is None else edge_bias
+            edge_attr = tokens.edge_attr if edge_attr is None else edge_attr
             requested = tokens.graph_path
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"encoder input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
         batch, length = x.shape[:2]
+        if edge_attr is not None:
+            if edge_index is None:
+                raise ValueError("edge_attr [E, C] needs an edge_index [2, E]")
+            if not self.edge_dim or edge_attr.dim() != 2 or edge_attr.shape != (edge_index.shape[1], self.edge_dim):
+                raise ValueError(f"edge_attr must be [E={edge_index.shape[1]}, C=edge_dim={self.edge_dim}] (an encoder "
+                                 f"with edge_dim > 0 reads it), got {tuple(edge_attr.shape)}")
         if edge_index is not None and self.kernel in ("sdpa", "math"):  # dense kernels can take a dense plan
             path = requested or self.graph_path
             path = choose_graph_path(batch, length, edge_index.shape[1], self.heads, self.dim, path,
-                                     self.max_dense_bytes, self.dense_min_fill, x.device)
+                                     self.max_dense_bytes, self.dense_min_fill, x.device,
+                                     edge_dim=self.edge_dim if edge_attr is not None else 0)
             self.last_graph_path = path
             if path == "dense":
                 dense = edges_to_dense(edge_index, edge_bias, batch, length, self.heads, x.dtype)
                 if attn_mask is not None:
                     raise ValueError("tokens carry both an attn_mask and an edge_index; give one structure")
+                if edge_attr is not None:
+                    edge_attr = edge_attr_to_dense(edge_index, edge_attr, batch, length)  # [B, L, L, C]
                 attn_mask, edge_index, edge_bias = dense, None, None
         elif edge_index is not None:
             self.last_graph_path = "edge"
@@ -206,6 +229,8 @@ class Encoder(nn.Module):
             wanted = set()
         weights = []
         graph = {} if edge_index is None else {"edge_index": edge_index, "edge_bias": edge_bias, "kernel": "edge"}
+        if edge_attr is not None:
+            graph["edge_attr"] = edge_attr  # [E, C] on the edge path, [B, L, L, C] on the dense one
         for i, layer in enumerate(self.layers):
             out = layer(x, mask, attn_mask, i in wanted, rotary=self.rotary, **graph)
             if i in wanted:

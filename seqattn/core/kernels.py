@@ -13,6 +13,12 @@ Kernels (all take ``q [B, H, L, D]``, ``k [B, H, S, D]``, ``v [B, H, S, E]``):
 - ``edge``: softmax over the incoming edges of each node of an ``edge_index``; O(E)
   memory, for graphs too large for a dense ``[L, L]`` score matrix.
 
+Per-pair key and value offsets (graph edge features, PyG ``TransformerConv(edge_dim=...)``):
+``edge_key`` / ``edge_value`` are added to the key and the value of source ``s`` as seen by query
+``l``: ``score = q_l · (k_s + ek_ls)``, ``out_l = Σ_s a_ls (v_s + ev_ls)``. The ``edge`` kernel takes
+them per edge (``[E, H, D]``, ``[E, H, E_v]``), ``math`` dense (``[B, H, L, S, D]``,
+``[B, H, L, S, E_v]``; zeros where there is no pair); ``sdpa`` hands them to ``math``.
+
 ``math``, ``sdpa`` and ``edge`` are exact and agree given the same mask / graph.
 A query row with nothing to attend to yields zeros (never NaN), forward and backward.
 """
@@ -40,10 +46,18 @@ def math_attention(
     attn_mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
+    edge_key: torch.Tensor | None = None,
+    edge_value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference kernel. Returns ``(out [B, H, L, E], weights [B, H, L, S])``."""
+    """Reference kernel. Returns ``(out [B, H, L, E], weights [B, H, L, S])``.
+
+    ``edge_key [B, H, L, S, D]`` / ``edge_value [B, H, L, S, E]``: optional per-pair offsets of the
+    keys and values (see the module docstring)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # [B, H, L, S]
+    scores = torch.matmul(q, k.transpose(-2, -1))  # [B, H, L, S]
+    if edge_key is not None:
+        scores = scores + torch.einsum("bhld,bhlsd->bhls", q, edge_key.to(q.dtype))  # q_l · ek_ls
+    scores = scores * scale
     dead = None
     if attn_mask is not None:
         dead = dead_rows(attn_mask)  # [.., L, 1]
@@ -56,7 +70,10 @@ def math_attention(
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return torch.matmul(dropped, v), weights  # [B, H, L, E], [B, H, L, S]
+    out = torch.matmul(dropped, v)  # [B, H, L, E]
+    if edge_value is not None:
+        out = out + torch.einsum("bhls,bhlse->bhle", dropped, edge_value.to(dropped.dtype))  # Σ_s a_ls ev_ls
+    return out, weights  # [B, H, L, E], [B, H, L, S]
 
 
 def sdpa_attention(
@@ -139,6 +156,8 @@ def edge_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     edge_bias: torch.Tensor | None = None,
+    edge_key: torch.Tensor | None = None,
+    edge_value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sparse softmax over incoming edges. O(E) memory.
 
@@ -149,6 +168,8 @@ def edge_attention(
         attn_mask: optional bool padding mask ``[B, 1, 1, L]``: edges from padded
             sources are dropped.
         edge_bias: optional ``[E, H]`` additive score per edge and head.
+        edge_key, edge_value: optional ``[E, H, D]`` / ``[E, H, E_v]`` offsets added to the source's key
+            and value on each edge (``score_e = q_dst · (k_src + ek_e)``, message ``a_e (v_src + ev_e)``).
 
     Returns:
         ``(out [B, H, L, E], alpha [E', H], edge_index [2, E'])`` where ``E'`` are the edges kept.
@@ -172,17 +193,30 @@ def edge_attention(
         if not bool(keep.all()):
             edge_index = edge_index[:, keep]
             edge_bias = edge_bias[keep] if edge_bias is not None else None
+            edge_key = edge_key[keep] if edge_key is not None else None
+            edge_value = edge_value[keep] if edge_value is not None else None
     src, dst = edge_index[0], edge_index[1]
+    for name, t, width in (("edge_key", edge_key, d), ("edge_value", edge_value, v.shape[-1])):
+        if t is not None and tuple(t.shape) != (src.numel(), h, width):
+            raise ValueError(f"{name} must be [E={src.numel()}, H={h}, {width}], got {tuple(t.shape)}")
     qn = q.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
     kn = k.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
     vn = v.transpose(1, 2).reshape(n, h, v.shape[-1])  # [N, H, E]
-    if dropout_p > 0:  # dropout on alpha needs the autograd graph of the gathered rows
-        scores = (qn.index_select(0, dst) * kn.index_select(0, src)).sum(-1) * scale  # [E, H]
+    if dropout_p > 0 or edge_key is not None or edge_value is not None:
+        # autograd through the gathered rows: dropout on alpha, per-edge key / value offsets
+        keys = kn.index_select(0, src)  # [E, H, D]
+        if edge_key is not None:
+            keys = keys + edge_key.to(keys.dtype)
+        scores = (qn.index_select(0, dst) * keys).sum(-1) * scale  # [E, H]
         if edge_bias is not None:
             scores = scores + edge_bias
         alpha = _edge_softmax(scores, dst, n)
-        msg = vn.index_select(0, src) * F.dropout(alpha, p=dropout_p).unsqueeze(-1)  # [E, H, E_v]
-        out = torch.zeros((n, h, v.shape[-1]), dtype=v.dtype, device=v.device).index_add(0, dst, msg)
+        values = vn.index_select(0, src)  # [E, H, E_v]
+        if edge_value is not None:
+            values = values + edge_value.to(values.dtype)
+        dropped = F.dropout(alpha, p=dropout_p) if dropout_p > 0 else alpha
+        msg = values * dropped.unsqueeze(-1)  # [E, H, E_v]
+        out = torch.zeros((n, h, v.shape[-1]), dtype=msg.dtype, device=v.device).index_add(0, dst, msg)
     else:  # O(E·H) saved for backward: the gathered [E, H, D] rows are recomputed in chunks
         out, alpha = _EdgeAttention.apply(qn, kn, vn, src, dst, edge_bias, scale)
     return out.view(b, length, h, -1).transpose(1, 2), alpha, edge_index  # [B, H, L, E_v]
@@ -282,6 +316,8 @@ def scaled_dot_product_attention(
     edge_index: torch.Tensor | None = None,
     edge_bias: torch.Tensor | None = None,
     need_weights: bool = False,
+    edge_key: torch.Tensor | None = None,
+    edge_value: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``softmax(q kᵀ / √d + mask) v`` through the chosen kernel.
 
@@ -294,6 +330,8 @@ def scaled_dot_product_attention(
         scale: defaults to ``1 / √D``.
         edge_index, edge_bias: for ``kernel='edge'`` (see :func:`edge_attention`).
         need_weights: also return the weights ``[B, H, L, S]`` (``sdpa`` then runs ``math``).
+        edge_key, edge_value: per-pair key / value offsets (module docstring): ``[E, H, .]`` for
+            ``edge``, ``[B, H, L, S, .]`` for ``math`` and ``sdpa`` (which then runs ``math``).
 
     Returns:
         ``out [B, H, L, E]``, or ``(out, weights)`` when ``need_weights``.
@@ -306,16 +344,27 @@ def scaled_dot_product_attention(
     if kernel == "edge":
         if edge_index is None:
             raise ValueError("kernel='edge' needs an edge_index [2, E]")
-        out, alpha, kept = edge_attention(q, k, v, edge_index, attn_mask, dropout_p, scale, edge_bias)
+        out, alpha, kept = edge_attention(q, k, v, edge_index, attn_mask, dropout_p, scale, edge_bias,
+                                          edge_key, edge_value)
         if need_weights:
             return out, edge_weights_to_dense(alpha, kept, q.shape[0], q.shape[2])
         return out
     if edge_index is not None:
         raise ValueError(f"edge_index is only used by kernel='edge', got kernel={kernel!r}")
+    offsets = edge_key is not None or edge_value is not None
     if kernel == "linear":
+        if offsets:
+            raise ValueError("the 'linear' kernel takes no per-pair key / value offsets (edge_key, edge_value)")
         out = linear_attention(q, k, v, attn_mask)
         return (out, linear_attention_weights(q, k, attn_mask)) if need_weights else out
-    if kernel == "math" or need_weights:
-        out, weights = math_attention(q, k, v, attn_mask, dropout_p, scale)
+    if offsets:
+        b, h, length, s_len = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        for name, t, width in (("edge_key", edge_key, q.shape[-1]), ("edge_value", edge_value, v.shape[-1])):
+            if t is not None and (t.dim() != 5 or tuple(t.shape[1:]) != (h, length, s_len, width)
+                                  or t.shape[0] not in (1, b)):
+                raise ValueError(f"{name} must be [B, H={h}, L={length}, S={s_len}, {width}] for kernel={kernel!r}, "
+                                 f"got {tuple(t.shape)}")
+    if kernel == "math" or need_weights or offsets:
+        out, weights = math_attention(q, k, v, attn_mask, dropout_p, scale, edge_key, edge_value)
         return (out, weights) if need_weights else out
     return sdpa_attention(q, k, v, attn_mask, dropout_p, scale)

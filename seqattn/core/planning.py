@@ -26,17 +26,20 @@ GRAPH_PATHS = ("auto", "dense", "edge")
 
 
 def estimate_attention_bytes(path: str, batch: int, nodes: int, edges: int, heads: int, dim: int,
-                             element_size: int = 4) -> int:
+                             element_size: int = 4, edge_dim: int = 0) -> int:
     """Bytes one attention layer needs for its scores, mask and gathered messages (forward + saved
     for backward), an estimate to refuse a run before it allocates.
 
     ``dense``: mask, scores and weights ``[B, H, N, N]`` (3 x). ``edge``: per edge and head a score,
     exp, weight and gradient (4 x), plus gathered q, k, v rows ``[E, D]`` (3 x) and the message.
+    With per-pair features (``edge_dim = C > 0``): their key and value offsets, ``2 D`` per pair
+    (``[B, N, N]`` pairs dense, ``E`` edge), plus the ``C`` features, twice (forward, saved).
     """
+    offsets = 2 * (2 * dim + edge_dim) if edge_dim else 0
     if path == "dense":
-        return 3 * batch * heads * nodes * nodes * element_size
+        return (3 * batch * heads * nodes * nodes + offsets * batch * nodes * nodes) * element_size
     if path == "edge":
-        return edges * (4 * heads + 4 * dim) * element_size
+        return edges * (4 * heads + 4 * dim + offsets) * element_size
     raise ValueError(f"path must be 'dense' or 'edge', got {path!r}")
 
 
@@ -71,7 +74,7 @@ def check_graph_path(path: str) -> str:
 
 def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, path: str = "auto",
                       max_dense_bytes: int = 2**30, dense_min_fill: float = 0.15,
-                      device: torch.device | None = None) -> str:
+                      device: torch.device | None = None, edge_dim: int = 0) -> str:
     """``dense`` or ``edge`` for ``batch`` sequences padded to ``nodes`` with ``edges`` attention edges.
 
     ``path="dense"`` above ``max_dense_bytes`` and any path above the device's free memory raise
@@ -79,8 +82,8 @@ def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, 
     """
     check_graph_path(path)
     device = torch.device("cpu") if device is None else device
-    dense_bytes = estimate_attention_bytes("dense", batch, nodes, edges, heads, dim)
-    edge_bytes = estimate_attention_bytes("edge", batch, nodes, edges, heads, dim)
+    dense_bytes = estimate_attention_bytes("dense", batch, nodes, edges, heads, dim, edge_dim=edge_dim)
+    edge_bytes = estimate_attention_bytes("edge", batch, nodes, edges, heads, dim, edge_dim=edge_dim)
     if path == "dense":
         if dense_bytes > max_dense_bytes:
             raise ValueError(
@@ -119,3 +122,15 @@ def edges_to_dense(edge_index: torch.Tensor, edge_bias: torch.Tensor | None, bat
     dense = torch.full((batch * heads * length * length,), float("-inf"), dtype=dtype, device=edge_index.device)
     dense = dense.index_put((flat.flatten(),), edge_bias.flatten().to(dtype))  # differentiable
     return dense.view(batch, heads, length, length)
+
+
+def edge_attr_to_dense(edge_index: torch.Tensor, edge_attr: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    """Per-edge features ``[E, C]`` over flattened ``b * L + l`` -> dense ``[B, L, L, C]`` indexed
+    (graph, query = target, key = source), zeros where there is no edge (differentiable in ``edge_attr``).
+    Repeated edges: the last one's features (as :func:`edges_to_dense`)."""
+    src, dst = edge_index
+    c = edge_attr.shape[1]
+    flat = dst * length + src % length  # [E]: (graph * L + query) * L + key
+    dense = edge_attr.new_zeros(batch * length * length, c)
+    dense = dense.index_put((flat,), edge_attr)  # differentiable
+    return dense.view(batch, length, length, c)

@@ -28,6 +28,8 @@ class Tokens:
             ``b * L + l`` (source row 0, target row 1: target attends to source).
         edge_bias: optional ``[E, H]`` float additive attention score per edge of ``edge_index``
             and head (e.g. edge features of a graph); the ``edge`` kernel adds it to the scores.
+        edge_attr: optional ``[E, C]`` float features per edge of ``edge_index`` that every attention
+            layer with ``edge_dim = C`` projects into key and value offsets (``MultiHeadAttention``).
         grid: ``(h, w)`` when the ``L`` tokens (after any global tokens) lie on a row-major 2-D grid
             (images); None otherwise.
         num_global: how many global tokens (CLS / virtual node) lead each sequence (positions
@@ -47,6 +49,7 @@ class Tokens:
     num_global: int = 0
     graph_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    edge_attr: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.x.dim() != 3:
@@ -64,6 +67,12 @@ class Tokens:
             if self.edge_bias.dim() != 2 or self.edge_bias.shape[0] != self.edge_index.shape[1]:
                 raise ValueError(f"Tokens.edge_bias must be [E={self.edge_index.shape[1]}, H], "
                                  f"got shape {tuple(self.edge_bias.shape)}")
+        if self.edge_attr is not None:
+            if self.edge_index is None:
+                raise ValueError("Tokens.edge_attr needs an edge_index (one feature row per edge)")
+            if self.edge_attr.dim() != 2 or self.edge_attr.shape[0] != self.edge_index.shape[1]:
+                raise ValueError(f"Tokens.edge_attr must be [E={self.edge_index.shape[1]}, C], "
+                                 f"got shape {tuple(self.edge_attr.shape)}")
 
     def replace(self, **changes: Any) -> "Tokens":
         return replace(self, **changes)
@@ -79,8 +88,8 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
       a column that allow everything (``True`` / ``0.0``);
     - ``edge_index`` over flattened ``b * L + l`` is renumbered to ``b * (L+1) + l + 1`` and gains,
       after the original ``E`` edges, the edges global->token, token->global for every real token
-      and the global token's self-loop; ``edge_bias [E, H]`` gains zero rows for the added edges
-      (``extra["global_edges"]`` counts them, for inspection);
+      and the global token's self-loop; ``edge_bias [E, H]`` and ``edge_attr [E, C]`` gain zero rows
+      for the added edges (``extra["global_edges"]`` counts them, for inspection);
     - ``num_global`` grows by one (a grid, if any, still describes the tokens after them).
     """
     x = tokens.x
@@ -118,5 +127,8 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
     edge_bias = tokens.edge_bias
     if edge_bias is not None:
         edge_bias = torch.cat([edge_bias, edge_bias.new_zeros(n_added, edge_bias.shape[1])])  # [E+G, H]
+    edge_attr = tokens.edge_attr
+    if edge_attr is not None:
+        edge_attr = torch.cat([edge_attr, edge_attr.new_zeros(n_added, edge_attr.shape[1])])  # [E+G, C]
     return Tokens(x=x, mask=new_mask, attn_mask=attn_mask, edge_index=edge_index, edge_bias=edge_bias, grid=tokens.grid,
-                  num_global=tokens.num_global + 1, graph_path=tokens.graph_path, extra=extra)
+                  num_global=tokens.num_global + 1, graph_path=tokens.graph_path, extra=extra, edge_attr=edge_attr)

@@ -171,3 +171,39 @@ def test_edge_kernel_custom_backward_passes_gradcheck_in_chunks(monkeypatch):
     monkeypatch.setattr(kernels, "_EDGE_CHUNK_ELEMENTS", 7)  # many chunks of one or two edges
     torch.testing.assert_close(attend(q, k, v, bias), whole)
     assert torch.autograd.gradcheck(attend, (q, k, v, bias))
+
+
+@pytest.mark.parametrize("use_padding", [False, True])
+def test_edge_key_value_offsets_agree_between_math_sdpa_and_edge(use_padding):
+    """Per-pair key / value offsets: dense [B, H, L, S, .] for math and sdpa, per edge [E, H, .] for edge;
+    equal outputs and gradients, and each formula as written (q·(k + ek), Σ a (v + ev))."""
+    adj, padding = _structure()
+    pad = padding if use_padding else None
+    q, k, v = _qkv()
+    g = torch.Generator().manual_seed(3)
+    ek_dense = torch.randn(B, H, L, L, D, generator=g).mul(adj[:, None, :, :, None]).requires_grad_(True)
+    ev_dense = torch.randn(B, H, L, L, D, generator=g).mul(adj[:, None, :, :, None]).requires_grad_(True)
+    kernel_mask = build_attention_mask(pad, adj)
+    ref = scaled_dot_product_attention(q, k, v, kernel_mask, kernel="math", edge_key=ek_dense, edge_value=ev_dense)
+    ref_grads = _grads(ref, (q, k, v, ek_dense, ev_dense))
+    sdpa = scaled_dot_product_attention(q, k, v, kernel_mask, kernel="sdpa", edge_key=ek_dense, edge_value=ev_dense)
+    edge_index = mask_to_edge_index(adj)
+    src, dst = edge_index
+    pick = lambda t: t[dst // L, :, dst % L, src % L]  # noqa: E731 -- [E, H, D]
+    edge = scaled_dot_product_attention(q, k, v, build_attention_mask(pad), kernel="edge", edge_index=edge_index,
+                                        edge_key=pick(ek_dense), edge_value=pick(ev_dense))
+    for out in (sdpa, edge):
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        for got, want in zip(_grads(out, (q, k, v, ek_dense, ev_dense)), ref_grads):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # the formula, for one query row: scores q·(k_s + ek_s) / √d over its neighbours, values v_s + ev_s
+    b, i = 1, 3
+    allowed = adj[b, i] & (padding[b] if use_padding else True)
+    keys = k[b, :, allowed] + ek_dense[b, :, i, allowed]  # [H, S', D]
+    w = torch.softmax((q[b, :, i, None] * keys).sum(-1) / D ** 0.5, dim=-1)  # [H, S']
+    want = (w[..., None] * (v[b, :, allowed] + ev_dense[b, :, i, allowed])).sum(1)  # [H, D]
+    torch.testing.assert_close(ref[b, :, i], want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="linear"):
+        scaled_dot_product_attention(q, k, v, kernel="linear", edge_key=ek_dense)
+    with pytest.raises(ValueError, match="edge_key must be"):
+        scaled_dot_product_attention(q, k, v, kernel="edge", edge_index=edge_index, edge_key=ek_dense)

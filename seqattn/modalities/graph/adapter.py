@@ -122,6 +122,10 @@ class GraphAdapter(AdapterBase):
             computes it (its ``positional`` follows this one; :meth:`check_spec` checks they agree).
         pe_dim: K, width of ``pe``.
         distance_bias: a learned per-head bias for each hop distance (0 = self, 1..hops); starts at 0.
+        edge_channels: C > 0: also emit ``Tokens.edge_attr [E', C]``, a learned embedding of each attention
+            edge's features and hop distance, which every attention layer projects into key and value
+            offsets (the encoder's ``edge_dim`` must equal C; the task config ties them). Then the bond
+            features reach the messages, not only the attention weights. 0 = attention bias only.
         dropout: dropout on the node vectors.
         feature_dropout: dropout on the raw node features before their projection (training only; GAT
             drops 60% of a citation graph's bag-of-words inputs).
@@ -147,6 +151,7 @@ class GraphAdapter(AdapterBase):
         kernel: str | None = None,
         max_dense_bytes: int | None = None,
         dense_min_fill: float | None = None,
+        edge_channels: int = 0,
     ) -> None:
         super().__init__()
         if dim <= 0 or node_features is None or node_features <= 0 or heads <= 0:
@@ -158,6 +163,8 @@ class GraphAdapter(AdapterBase):
             raise ValueError(f"hops must be >= 1, got {hops}")
         if positional not in GRAPH_POSITIONALS:
             raise ValueError(f"positional={positional!r} is not one of {GRAPH_POSITIONALS}")
+        if edge_channels < 0:
+            raise ValueError(f"edge_channels must be >= 0, got {edge_channels}")
         if positional != "none" and pe_dim <= 0:
             raise ValueError(f"pe_dim must be positive with positional={positional!r}, got {pe_dim}")
         self.path_hint = None
@@ -180,6 +187,9 @@ class GraphAdapter(AdapterBase):
         self.distance = nn.Embedding(hops + 1, heads) if distance_bias else None
         if self.distance is not None:
             nn.init.zeros_(self.distance.weight)
+        self.edge_channels = int(edge_channels)
+        # [bond features of the edge (0 for k-hop pairs and self-loops), one-hot hop distance] -> C
+        self.edge_embed = nn.Linear(edge_features + hops + 1, edge_channels) if edge_channels else None
         self.dropout = nn.Dropout(dropout)
         self.feature_dropout = nn.Dropout(feature_dropout)
         inputs = ["x", "mask", "edge_index"]
@@ -259,9 +269,17 @@ class GraphAdapter(AdapterBase):
             extra = torch.zeros(edges.shape[1], self.heads, dtype=per_edge.dtype, device=h.device).index_add(
                 0, position, per_edge)  # [E', H] (multi-edges add up)
             bias = extra if bias is None else bias + extra.to(bias.dtype)
+        features = None  # [E', C]
+        if self.edge_embed is not None:
+            parts = [nn.functional.one_hot(distance, self.hops + 1).to(h.dtype)]  # [E', hops + 1]
+            if self.edge_features:
+                bond = torch.zeros(edges.shape[1], self.edge_features, dtype=h.dtype, device=h.device).index_add(
+                    0, position, edge_attr.to(h.dtype))  # [E', G], zeros off the input edges
+                parts.insert(0, bond)
+            features = self.edge_embed(torch.cat(parts, dim=1))  # [E', C]
         return Tokens(x=h, mask=mask, edge_index=edges, edge_bias=bias, graph_path=self.path_hint,
-                      extra={"graph_edges": edges})
+                      extra={"graph_edges": edges}, edge_attr=features)
 
     def extra_repr(self) -> str:
         return (f"hops={self.hops}, positional={self.positional!r}, edge_features={self.edge_features}, "
-                f"heads={self.heads}")
+                f"heads={self.heads}, edge_channels={self.edge_channels}")

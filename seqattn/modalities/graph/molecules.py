@@ -25,7 +25,7 @@ A SMILES RDKit cannot parse is counted and reported with its file and line; by d
 without those molecules (the count is logged and kept in ``datamodule.invalid``).
 
 Atom features (one-hot, :data:`ATOM_FEATURES` wide): element, degree, formal charge, total
-hydrogens, aromatic, in ring. Bond features (:data:`BOND_FEATURES`): bond type
+hydrogens, hybridisation, CIP chirality (R / S), aromatic, in ring. Bond features (:data:`BOND_FEATURES`): bond type
 (single/double/triple/aromatic), conjugated, in ring. Both directions of every bond are edges.
 Graph positional encodings (``positional``) are computed once per molecule when the data is
 loaded and cached on disk with the graphs.
@@ -52,11 +52,14 @@ ELEMENTS = ("C", "N", "O", "S", "F", "Cl", "Br", "I", "P", "B", "Si", "Se", "Na"
 DEGREES = (0, 1, 2, 3, 4, 5)
 CHARGES = (-2, -1, 0, 1, 2)
 HYDROGENS = (0, 1, 2, 3, 4)
+HYBRIDIZATIONS = ("SP", "SP2", "SP3", "SP3D", "SP3D2")
+CHIRALITY = ("R", "S")  # CIP label of a stereocentre
 # one-hot groups get one extra "other" slot each; then aromatic, in ring
-ATOM_FEATURES = sum(len(g) + 1 for g in (ELEMENTS, DEGREES, CHARGES, HYDROGENS)) + 2
+ATOM_GROUPS = (ELEMENTS, DEGREES, CHARGES, HYDROGENS, HYBRIDIZATIONS, CHIRALITY)
+ATOM_FEATURES = sum(len(g) + 1 for g in ATOM_GROUPS) + 2
 BOND_TYPES = ("SINGLE", "DOUBLE", "TRIPLE", "AROMATIC")
 BOND_FEATURES = len(BOND_TYPES) + 2  # + conjugated, in ring
-FEATURIZER_VERSION = 1
+FEATURIZER_VERSION = 2  # 2: + hybridisation, CIP chirality
 KINDS = ("regression", "classification")
 MISSING = MISSING_VALUES
 
@@ -111,6 +114,8 @@ def mol_to_graph(mol) -> dict[str, torch.Tensor]:
             + _one_hot(atom.GetDegree(), DEGREES)
             + _one_hot(atom.GetFormalCharge(), CHARGES)
             + _one_hot(atom.GetTotalNumHs(), HYDROGENS)
+            + _one_hot(str(atom.GetHybridization()), HYBRIDIZATIONS)
+            + _one_hot(atom.GetProp("_CIPCode") if atom.HasProp("_CIPCode") else None, CHIRALITY)
             + [float(atom.GetIsAromatic()), float(atom.IsInRing())]
         )
     src, dst, attrs = [], [], []

@@ -7,7 +7,7 @@ import torch
 
 from seqattn.core import Encoder, MultiHeadAttention, Tokens, prepend_global_token
 from seqattn.core import planning
-from seqattn.core.planning import choose_graph_path, edges_to_dense
+from seqattn.core.planning import choose_graph_path, edge_attr_to_dense, edges_to_dense
 from seqattn.modalities.graph.adapter import GraphAdapter, k_hop_edges
 from seqattn.modalities.graph.batching import collate_graphs
 from seqattn.modalities.graph.positional import graph_positional_encoding, laplacian_pe, random_walk_pe
@@ -36,11 +36,13 @@ def batch_of(sizes=(7, 4, 9, 6), pe: str = "none") -> dict:
 
 
 def make_model(kernel: str, pooled: bool, global_token: bool, edge_features: int = F_EDGE, hops: int = 1,
-               positional: str = "none", pooling: str = "mean") -> SequenceModel:
-    adapter = GraphAdapter(DIM, F_NODE, edge_features, heads=HEADS, hops=hops, positional=positional, pe_dim=4)
+               positional: str = "none", pooling: str = "mean", edge_channels: int = 0) -> SequenceModel:
+    adapter = GraphAdapter(DIM, F_NODE, edge_features, heads=HEADS, hops=hops, positional=positional, pe_dim=4,
+                           edge_channels=edge_channels)
     with torch.no_grad():  # a non-zero distance bias so that both bias sources are exercised
         adapter.distance.weight.normal_()
-    encoder = Encoder(DIM, depth=2, heads=HEADS, dropout=0.0, positional="none", graph_path=kernel)
+    encoder = Encoder(DIM, depth=2, heads=HEADS, dropout=0.0, positional="none", graph_path=kernel,
+                      edge_dim=edge_channels)
     head = PooledHead(DIM, 3, pooling=pooling) if pooled else TokenHead(DIM, 3)
     return SequenceModel(adapter, encoder, head, global_token=global_token)
 
@@ -52,12 +54,13 @@ def grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("edge_features", [0, F_EDGE])
 @pytest.mark.parametrize("global_token", [False, True])
 @pytest.mark.parametrize("hops", [1, 2])
-def test_dense_and_edge_paths_agree_in_values_and_gradients(edge_features, global_token, hops):
+@pytest.mark.parametrize("edge_channels", [0, 6])
+def test_dense_and_edge_paths_agree_in_values_and_gradients(edge_features, global_token, hops, edge_channels):
     batch = batch_of()
     dense = make_model("dense", pooled=True, global_token=global_token, edge_features=edge_features, hops=hops,
-                       pooling="cls" if global_token else "mean")
+                       pooling="cls" if global_token else "mean", edge_channels=edge_channels)
     edge = make_model("edge", pooled=True, global_token=global_token, edge_features=edge_features, hops=hops,
-                      pooling="cls" if global_token else "mean")
+                      pooling="cls" if global_token else "mean", edge_channels=edge_channels)
     edge.load_state_dict(dense.state_dict())
     out_d, out_e = dense(batch)["logits"], edge(batch)["logits"]
     assert dense.encoder.last_graph_path == "dense" and edge.encoder.last_graph_path == "edge"
@@ -68,6 +71,10 @@ def test_dense_and_edge_paths_agree_in_values_and_gradients(edge_features, globa
     assert gd.keys() == ge.keys() and "adapter.distance.weight" in gd
     if edge_features:
         assert gd["adapter.edge_proj.weight"].abs().sum() > 0
+    if edge_channels:  # the key / value offsets are used on both paths
+        for name in ("adapter.edge_embed.weight", "encoder.layers.0.attn.edge_k_proj.weight",
+                     "encoder.layers.0.attn.edge_v_proj.weight"):
+            assert gd[name].abs().sum() > 0, name
     for key in gd:
         torch.testing.assert_close(ge[key], gd[key], rtol=1e-4, atol=1e-5, msg=key)
 
@@ -145,6 +152,64 @@ def test_one_attention_layer_equals_pyg_transformer_conv(kernel):
     g_ours, = torch.autograd.grad(ours[mask].square().sum(), x)
     g_theirs, = torch.autograd.grad(theirs[mask].square().sum(), x)
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["dense", "edge"])
+def test_edge_keys_and_values_equal_pyg_transformer_conv_with_edge_dim(kernel):
+    """Edge features in keys and values: TransformerConv(edge_dim=C) adds lin_edge(e) to key and value;
+    ours has two projections (edge_k_proj, edge_v_proj): given both its weight, the layers agree."""
+    from torch_geometric.nn import TransformerConv
+
+    batch = batch_of()
+    channels = 5
+    adapter = GraphAdapter(DIM, F_NODE, F_EDGE, heads=HEADS, distance_bias=False, edge_channels=channels)
+    tokens = adapter(batch["x"], batch["mask"], batch["edge_index"], batch["edge_attr"])
+    assert tokens.edge_attr.shape == (tokens.edge_index.shape[1], channels)
+    b, n = tokens.mask.shape
+    attn = MultiHeadAttention(DIM, HEADS, edge_dim=channels)
+    conv = TransformerConv(DIM, DIM // HEADS, heads=HEADS, concat=True, root_weight=False, edge_dim=channels)
+    with torch.no_grad():
+        for mine, theirs in ((attn.q_proj, conv.lin_query), (attn.k_proj, conv.lin_key), (attn.v_proj, conv.lin_value)):
+            theirs.weight.copy_(mine.weight)
+            theirs.bias.copy_(mine.bias)
+        attn.edge_v_proj.weight.copy_(attn.edge_k_proj.weight)
+        conv.lin_edge.weight.copy_(attn.edge_k_proj.weight)
+        attn.out_proj.weight.copy_(torch.eye(DIM))
+        attn.out_proj.bias.zero_()
+    x = tokens.x.detach().clone().requires_grad_(True)
+    e = tokens.edge_attr.detach().clone().requires_grad_(True)
+    if kernel == "edge":
+        ours = attn(x, tokens.mask, edge_index=tokens.edge_index, kernel="edge", edge_attr=e)
+    else:
+        dense = edges_to_dense(tokens.edge_index, None, b, n, HEADS, x.dtype)
+        ours = attn(x, tokens.mask, dense, kernel="sdpa", edge_attr=edge_attr_to_dense(tokens.edge_index, e, b, n))
+    theirs = conv(x.reshape(-1, DIM), tokens.edge_index, e).view_as(ours)
+    mask = tokens.mask
+    torch.testing.assert_close(ours[mask], theirs[mask], rtol=1e-5, atol=1e-5)
+    g_ours = torch.autograd.grad(ours[mask].square().sum(), (x, e))
+    g_theirs = torch.autograd.grad(theirs[mask].square().sum(), (x, e))
+    for a, c in zip(g_ours, g_theirs):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-5)
+    # without its features the layer is the plain one
+    plain = attn(x, tokens.mask, edge_index=tokens.edge_index, kernel="edge")
+    assert not torch.allclose(plain[mask], ours[mask], atol=1e-3)
+
+
+def test_edge_features_bad_inputs_are_named():
+    batch = batch_of()
+    adapter = GraphAdapter(DIM, F_NODE, F_EDGE, heads=HEADS, edge_channels=4)
+    tokens = adapter(batch["x"], batch["mask"], batch["edge_index"], batch["edge_attr"])
+    with pytest.raises(ValueError, match="edge_dim=0"):
+        Encoder(DIM, depth=1, heads=HEADS, positional="none")(tokens)
+    with pytest.raises(ValueError, match=r"C=edge_dim=3"):
+        Encoder(DIM, depth=1, heads=HEADS, positional="none", edge_dim=3)(tokens)
+    with pytest.raises(ValueError, match="edge_attr must be"):
+        Tokens(x=tokens.x, edge_index=tokens.edge_index, edge_attr=tokens.edge_attr[:-1])
+    with pytest.raises(ValueError, match="linear"):
+        Encoder(DIM, depth=1, heads=HEADS, positional="none", kernel="linear", edge_dim=4)
+    with_global = prepend_global_token(tokens, torch.zeros(DIM))
+    e = tokens.edge_attr.shape[0]
+    assert torch.equal(with_global.edge_attr[:e], tokens.edge_attr) and not with_global.edge_attr[e:].any()
 
 
 def _reach_reference(n: int, edge_index: torch.Tensor, hops: int) -> torch.Tensor:

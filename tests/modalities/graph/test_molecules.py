@@ -27,17 +27,24 @@ E0 = 0
 D0 = E0 + len(ELEMENTS) + 1
 C0 = D0 + len(DEGREES) + 1
 H0 = C0 + len(mol_mod.CHARGES) + 1
+Y0 = H0 + len(mol_mod.HYDROGENS) + 1  # hybridisation
+S0 = Y0 + len(mol_mod.HYBRIDIZATIONS) + 1  # CIP chirality
 AROM, RING = ATOM_FEATURES - 2, ATOM_FEATURES - 1
 
 
 def test_atom_and_bond_features():
     g = smiles_to_graph("CC(=O)[O-]")  # acetate
     x = g["x"]
-    assert x.shape == (4, ATOM_FEATURES) and torch.equal(x.sum(1), torch.full((4,), 4.0))  # 4 one-hots, no flags
+    assert x.shape == (4, ATOM_FEATURES) and torch.equal(x.sum(1), torch.full((4,), 6.0))  # 6 one-hots, no flags
+    assert S0 + len(mol_mod.CHIRALITY) + 1 == AROM
     assert x[0, E0 + ELEMENTS.index("C")] == 1 and x[2, E0 + ELEMENTS.index("O")] == 1
     assert x[1, D0 + 3] == 1  # the carboxyl carbon has 3 neighbours
     assert x[0, H0 + 3] == 1  # CH3
     assert x[3, C0 + mol_mod.CHARGES.index(-1)] == 1  # O-
+    assert x[0, Y0 + mol_mod.HYBRIDIZATIONS.index("SP3")] == 1 and x[1, Y0 + mol_mod.HYBRIDIZATIONS.index("SP2")] == 1
+    assert x[:, S0 + len(mol_mod.CHIRALITY)].all()  # no stereocentre: "other"
+    alanine = smiles_to_graph("C[C@H](N)C(=O)O")["x"], smiles_to_graph("C[C@@H](N)C(=O)O")["x"]  # L (S), D (R)
+    assert alanine[0][1, S0 + mol_mod.CHIRALITY.index("S")] == 1 and alanine[1][1, S0 + mol_mod.CHIRALITY.index("R")] == 1
     assert g["edge_index"].shape == (2, 6) and g["edge_attr"].shape == (6, BOND_FEATURES)
     double = (g["edge_index"][0] == 1) & (g["edge_index"][1] == 2)
     assert g["edge_attr"][double].tolist() == [[0, 1, 0, 0, 1, 0]]  # double, conjugated, not in a ring
@@ -232,9 +239,10 @@ def test_predict_loader_needs_no_setup_and_reads_csv_and_smi(tmp_path):
     assert next(iter(dm.predict_loader(smi)))["ids"] == ["ethanol", "c1ccccc1"]
     bad = tmp_path / "bad.smi"
     bad.write_text("CCO\nC1CC(\n")
-    assert [b["ids"] for b in dm.predict_loader(bad)] == [["CCO"]]  # skipped by default, and reported
-    assert [(where.rsplit("/", 1)[-1], why) for where, why in dm.predict_errors] == [
-        ("bad.smi:2", "RDKit cannot parse the SMILES 'C1CC('")]
-    dm.on_error = "stop"
+    # predict every readable input, list the others with the reason (seqattn.predict's on_error=skip) ...
+    assert next(iter(dm.predict_loader(bad)))["ids"] == ["CCO"]
+    assert len(dm.predict_errors) == 1 and dm.predict_errors[0][0].endswith("bad.smi:2")
+    assert "cannot parse the SMILES 'C1CC('" in dm.predict_errors[0][1]
+    dm.on_error = "stop"  # ... or stop at the first one (on_error=stop)
     with pytest.raises(ValueError, match=r"bad.smi:2: 'C1CC\('"):
         dm.predict_loader(bad)

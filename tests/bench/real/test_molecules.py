@@ -1,0 +1,86 @@
+"""The molecule cases of ``python -m seqattn.bench real`` on a tiny slice of the real FreeSolv file: the
+recipe runs through the user's command, the reference trains on the split that run used (reproduced from
+its config.yaml and checked against its metrics), and the result renders as a table row.
+
+Skips when the real data folder (``../shared/data``, or ``$SEQATTN_REAL_DATA``) is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from seqattn.bench.real import DEFAULT_DATA, HEADER, Context
+from seqattn.bench.real import molecules as mol_case
+
+
+def _real_data() -> Path | None:
+    """``$SEQATTN_REAL_DATA``, the suite's default, or a ``shared/data`` beside any folder above the checkout."""
+    candidates = [Path(os.environ["SEQATTN_REAL_DATA"])] if os.environ.get("SEQATTN_REAL_DATA") else []
+    candidates += [DEFAULT_DATA] + [p / "shared" / "data" for p in Path(__file__).resolve().parents]
+    return next((c for c in candidates if (c / "molecules" / "freesolv.csv").is_file()), None)
+
+
+REAL = _real_data()
+pytestmark = pytest.mark.skipif(REAL is None, reason="no real data folder (../shared/data/molecules/freesolv.csv; "
+                                                     "set SEQATTN_REAL_DATA)")
+TINY = ["data.limit=60", "data.batch_size=16", "model.dim=16", "model.depth=1", "model.heads=2",
+        "trainer.max_epochs=2", "plot=false", "trainer.enable_model_summary=false"]
+TINY_REFERENCE = mol_case.AttentiveFPSettings(hidden=16, max_epochs=2, patience=1)
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    """One seed of the FreeSolv case on the first 60 molecules of the real file (48 / 6 / 6)."""
+    work = tmp_path_factory.mktemp("bench_real")
+    lines = []
+    ctx = Context(data=REAL, work=work / "freesolv", seeds=1, log=lines.append,
+                  extra=[*TINY, f"paths.data_dir={work / 'cache'}"])
+    return mol_case.molecule_case(ctx, "freesolv", TINY_REFERENCE), ctx, lines
+
+
+def test_case_runs_recipe_and_reference_on_the_same_split(case):
+    result, ctx, lines = case
+    assert len(result.seqattn) == len(result.reference) == len(result.seqattn_seconds) == 1
+    assert all(math.isfinite(v) and v > 0 for v in result.seqattn + result.reference)
+    assert result.lower_is_better and result.reference_name == "PyG AttentiveFP"
+    # the command is the user's, with the README's custom-data options
+    assert result.command.startswith("python -m seqattn.run task=molecule data.path=")
+    assert "freesolv.csv data.target_columns=[expt] seed=<s>" in result.command
+    # the run's own test RMSE is what the table reports
+    metrics = json.loads((ctx.work / "seed0" / "metrics.json").read_text())
+    assert result.seqattn == [metrics["test/rmse_expt"]]
+    assert "split 48/6/6" in lines[0]
+    row = result.row()
+    assert row.startswith("| freesolv") and row.count("|") == HEADER.splitlines()[0].count("|")
+
+
+def test_reproduced_split_is_the_runs_and_a_different_one_is_refused(case, tmp_path):
+    _, ctx, _ = case
+    run = ctx.work / "seed0"
+    splits = mol_case.recipe_splits(run, "expt")
+    assert [len(splits[s]) for s in ("train", "val", "test")] == [48, 6, 6]
+    smiles = [s for part in splits.values() for s, _ in part]
+    assert len(set(smiles)) == len(smiles) == 60  # disjoint splits, every molecule once
+    # a run whose split differs (another seed) is detected: its test baseline does not match
+    other = tmp_path / "other"
+    other.mkdir()
+    config = (run / "config.yaml").read_text()
+    assert "seed: 0" in config
+    (other / "config.yaml").write_text(config.replace("seed: 0", "seed: 1"))
+    (other / "metrics.json").write_text((run / "metrics.json").read_text())
+    with pytest.raises(RuntimeError, match="not the run's"):
+        mol_case.recipe_splits(other, "expt")
+
+
+def test_attentivefp_features_follow_the_paper():
+    g = mol_case.attentivefp_graph("C[C@H](N)C(=O)O")  # L-alanine
+    assert g.x.shape == (6, mol_case.AFP_ATOM_FEATURES) and g.edge_attr.shape == (10, mol_case.AFP_BOND_FEATURES)
+    assert g.x[1, 37] == 0 and g.x[1, 38] == 1  # the stereocentre is S
+    assert g.x[:, 15].sum() == 0 and g.x[0, 1] == 1  # no "other" element; atom 0 is carbon
+    with pytest.raises(ValueError, match="cannot parse"):
+        mol_case.attentivefp_graph("C1CC(")
