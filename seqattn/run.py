@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seqattn.model.build import locate
+from seqattn.training.distill import apply_distill
 from seqattn.training.finetune import apply_finetune
 from seqattn.training.resume import resumable_train_loader, resume_config
 
@@ -80,6 +81,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.setup("fit")
     model = build_objective(cfg, datamodule)
     finetune = apply_finetune(model, cfg)  # init_from / freeze / finetune.pretrained_lr_mult
+    distill = apply_distill(model, cfg)  # distill.teacher / temperature / alpha
     if is_rank_zero:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
@@ -111,6 +113,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     }
     if finetune:
         metrics["finetune"] = finetune
+    if distill:
+        metrics["distill"] = distill
     if checkpoint is not None and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):
