@@ -192,8 +192,8 @@ class SpectrogramCNN(nn.Module):
     e.g. 40 log-mel bins; ``tokens.x`` when there are none) as a one-channel image ``[F x C]`` and runs
     ``len(channels)`` blocks ``Conv k×k (dilated in time) -> LayerNorm over channels -> GELU -> max-pool
     2 over frequency``; the time resolution is kept (one output per frame, the adapter's mask holds).
-    With dilations 1, 2, 4, 8 a frame sees ±15 frames (±150 ms at a 10 ms hop): a fixed receptive field
-    where attention learns its own. The frequency axis is then averaged to ``freq_out`` bins, the
+    With dilations 1, 2, 4, 8, 16 a frame sees ±31 frames (±310 ms at a 10 ms hop): a fixed receptive
+    field where attention learns its own. The frequency axis is then averaged to ``freq_out`` bins, the
     ``channels[-1]·freq_out`` values of each frame are projected to ``dim`` and added to the adapter's
     frame vector ``tokens.x`` (a residual), then layer-normed.
 
@@ -209,8 +209,8 @@ class SpectrogramCNN(nn.Module):
         dropout: before the projection.
     """
 
-    def __init__(self, dim: int, channels: tuple[int, ...] | list[int] = (16, 32, 64, 64),
-                 dilations: tuple[int, ...] | list[int] = (1, 2, 4, 8), kernel_size: int = 3, freq_out: int = 4,
+    def __init__(self, dim: int, channels: tuple[int, ...] | list[int] = (16, 32, 64, 64, 64),
+                 dilations: tuple[int, ...] | list[int] = (1, 2, 4, 8, 16), kernel_size: int = 3, freq_out: int = 4,
                  dropout: float = 0.1) -> None:
         super().__init__()
         channels, dilations = [int(c) for c in channels], [int(d) for d in dilations]

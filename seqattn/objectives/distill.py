@@ -11,7 +11,13 @@ mean over the labeled positions (sequences for classification, labeled tokens fo
 applies to training steps only; validation and test losses stay the plain cross-entropy, comparable
 with a student trained without a teacher.
 
-The teacher is frozen and in eval mode (no dropout, no augmentation); it is held outside the
+The teacher sees what the student sees: when the student's adapter augments its inputs while
+training and exposes them (``adapter.augmented_inputs``, a dict of batch keys, e.g. the cropped,
+shifted, noisy waveforms of :class:`~seqattn.modalities.audio.augment.AugmentedAudioAdapter`), the
+teacher reads those instead of the clean batch ("consistent" teaching: the soft targets are the
+teacher's view of the very example the student is trained on, so every augmented view adds targets).
+
+The teacher is frozen and in eval mode (no dropout, no augmentation of its own); it is held outside the
 student's modules, so it is neither trained, nor in the student's ``state_dict`` / checkpoint, nor
 needed to load the student later. It must predict the same labels (names and order) as the student,
 with logits of the same shape. Loading a teacher from a checkpoint is the entry point's job
@@ -101,9 +107,10 @@ class Distillation:
         return net(batch)["logits"]
 
     def loss(self, hard: torch.Tensor, student_logits: torch.Tensor, batch: dict,
-             keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(alpha · T² · KL + (1 − alpha) · hard, the T²·KL term)`` for one batch."""
-        teacher = self.teacher_logits(batch)
+             keep: torch.Tensor | None = None, inputs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(alpha · T² · KL + (1 − alpha) · hard, the T²·KL term)`` for one batch; ``inputs``: batch
+        keys the student actually read (its augmented inputs), shown to the teacher in their place."""
+        teacher = self.teacher_logits({**batch, **inputs} if inputs else batch)
         if teacher.shape != student_logits.shape:
             raise ValueError(f"distill.teacher {self.source} gives logits {tuple(teacher.shape)} for this batch, the "
                              f"student {tuple(student_logits.shape)}: teacher and student must read the same inputs "

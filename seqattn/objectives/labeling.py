@@ -217,7 +217,8 @@ class SequenceLabeling(Objective):
                              label_smoothing=self.label_smoothing)
         if self.distillation is None or not self.training:
             return ce
-        loss, soft = self.distillation.loss(ce, logits, batch, keep=labels != IGNORE_INDEX)
+        inputs = getattr(self.net.adapter, "augmented_inputs", None)  # the student's augmented view, if any
+        loss, soft = self.distillation.loss(ce, logits, batch, keep=labels != IGNORE_INDEX, inputs=inputs)
         weight = int((labels != IGNORE_INDEX).sum())
         if self._trainer is not None:  # called from a training loop
             self.log_dict({"train/loss_ce": ce.detach(), "train/loss_kd": soft.detach()}, on_step=False,

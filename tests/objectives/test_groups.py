@@ -37,7 +37,8 @@ def _by_hand(model, batches, per_token: bool):
 def test_accuracy_per_speaker_equals_the_counts_by_hand(per_token):
     torch.manual_seed(0)
     spec = DataSpec(num_outputs=3, labels=["a", "b", "c"], groups={"speaker": SPEAKERS})
-    model = (SequenceLabeling(net=NET, spec=spec) if per_token else SequenceClassification(net=POOLED, spec=spec)).eval()
+    objective = SequenceLabeling(net=NET, spec=spec) if per_token else SequenceClassification(net=POOLED, spec=spec)
+    model = objective.eval()
     g = torch.Generator().manual_seed(1)
     batches = []
     for _ in range(3):

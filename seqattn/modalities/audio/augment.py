@@ -127,7 +127,13 @@ class AugmentedAudioAdapter(AudioAdapter):
 
     Args (besides ``AudioAdapter``'s): ``crop``, ``shift_ms``, ``noise_p``, ``snr_db`` (:class:`WaveAugment`),
     ``time_masks``, ``time_mask_frames``, ``freq_masks``, ``freq_mask_bins`` (:class:`SpecAugment`).
+
+    ``augmented_inputs``: after a training forward, the augmented ``{"waveform", "lengths"}`` it read
+    (None without waveform augmentation), so a distillation teacher can be shown the same augmented clips as the student
+    (:mod:`seqattn.objectives.distill`); SpecAugment masks stay the student's own.
     """
+
+    augmented_inputs: dict | None = None
 
     def __init__(self, dim: int, *args, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
                  snr_db: Sequence[float] = (10.0, 30.0), time_masks: int = 0, time_mask_frames: int = 10,
@@ -141,13 +147,15 @@ class AugmentedAudioAdapter(AudioAdapter):
         """``waveform [B, T]``, ``lengths [B]`` -> Tokens(x ``[B, F, dim]``, mask ``[B, F]``), augmented
         while training; ``extra["features"]`` holds the (augmented) frame features."""
         if not self.training or not (self.wave_augment.active or self.spec_augment.active):
-            return super().forward(waveform, lengths)
+            return super().forward(waveform, lengths)  # no state is touched: export and eval see AudioAdapter
         if waveform.dim() == 1:
             waveform = waveform[None]
         if lengths is None:
             lengths = torch.full(waveform.shape[:1], waveform.shape[1], dtype=torch.long, device=waveform.device)
+        self.augmented_inputs = None
         if self.wave_augment.active:
             waveform, lengths = self.wave_augment(waveform.float(), lengths)
+            self.augmented_inputs = {"waveform": waveform, "lengths": lengths}
         feats, mask = self.features(waveform, lengths)  # [B, F, C], [B, F]
         if self.spec_augment.active:
             feats = self.spec_augment(feats, mask)

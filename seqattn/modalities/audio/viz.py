@@ -77,8 +77,9 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
 
     - ``confusion_matrix.png``: the test confusion matrix with the class names;
     - ``test_clip.png``: one test clip's features, the attention map of ``layer`` (mean over heads),
-      the attention-pooling weights over frames (``head.pooling=attention``) and the predicted class
-      probabilities (top 5) against the true label.
+      how the head reads the frames (``head.pooling=attention``: the pooling weights; ``cls``: the
+      global token's attention row of ``layer``) and the predicted class probabilities (top 5)
+      against the true label.
 
     Returns the confusion matrix's path.
     """
@@ -116,18 +117,25 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
     ax.set_title(f"test clip {batch['ids'][index]}: {n} frames, true '{names[true]}'")
     ax = fig.add_subplot(grid[1, 0])
     head = model.net.head
-    if getattr(head, "pooling", None) == "attention":
+    attention = out.get("attention")
+    pooling = getattr(head, "pooling", None)
+    weights = None
+    if pooling == "attention":
         encoded = model.net.encoder(tokens)
         scores = head.score(encoded).squeeze(-1)[index, : n + g]  # [L]
-        weights = scores.float().softmax(-1)[g:].cpu().numpy()
+        weights = scores.float().softmax(-1)[g:].cpu().numpy()  # the pooling weights over frames
+        label = "pooling\nweight"
+    elif pooling == "cls" and attention and g:
+        weights = attention[0][index, :, 0, g : n + g].mean(0).float().cpu().numpy()  # the global token's row
+        label = "CLS\nattention"
+    if weights is not None:
         ax.fill_between(np.arange(n), weights, step="mid", color="tab:blue")
         ax.set_xlim(-0.5, n - 0.5)
-        ax.set_ylabel("pooling\nweight")
+        ax.set_ylabel(label)
     else:
         ax.text(0.5, 0.5, f"pooling: {getattr(head, 'pooling', '?')}", ha="center", va="center")
         ax.set_axis_off()
     ax = fig.add_subplot(grid[2, 0])
-    attention = out.get("attention")
     if attention:
         attn = attention[0][index, :, g : n + g, g : n + g].mean(0).float().cpu().numpy()  # [F, F]
         image = ax.imshow(attn, cmap="viridis", interpolation="nearest", aspect="auto")

@@ -101,3 +101,40 @@ def test_arguments_are_checked():
             WaveAugment(16000, **bad)
     with pytest.raises(ValueError, match="time_masks"):
         SpecAugment(time_masks=-1)
+
+
+def test_a_distillation_teacher_is_shown_the_students_augmented_clips():
+    from seqattn.core import Encoder
+    from seqattn.model.heads import PooledHead
+    from seqattn.model.network import SequenceModel
+    from seqattn.objectives import SequenceClassification
+    from seqattn.objectives.distill import Distillation
+
+    class Recorder(torch.nn.Module):
+        """A teacher that remembers the waveforms it was given."""
+
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(1, 3)
+            self.seen = []
+
+        def forward(self, batch):
+            self.seen.append(batch["waveform"].clone())
+            return {"logits": torch.zeros(batch["waveform"].shape[0], 3)}
+
+    torch.manual_seed(0)
+    net = SequenceModel(AugmentedAudioAdapter(16, noise_p=1.0, shift_ms=20), Encoder(16, depth=1, heads=2),
+                        PooledHead(16, 3))
+    student = SequenceClassification(net=net, labels=["a", "b", "c"])
+    teacher = Recorder()
+    teacher.head.num_outputs = 3
+    student.set_distillation(Distillation(teacher, 2.0, 0.5))
+    wave, lengths = _batch()
+    batch = {"waveform": wave, "lengths": lengths, "labels": torch.tensor([0, 1, 2])}
+    student.train()
+    student.loss(student(batch), batch)
+    (seen,) = teacher.seen
+    assert torch.equal(seen, net.adapter.augmented_inputs["waveform"]) and not torch.equal(seen, wave)
+    student.eval()  # evaluation: no teacher, no augmentation
+    student.loss(student(batch), batch)
+    assert len(teacher.seen) == 1
