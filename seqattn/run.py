@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seqattn.model.build import locate
 from seqattn.training.callbacks import LastCheckpoint
+from seqattn.training.distill import apply_distill
 from seqattn.training.finetune import apply_finetune
 from seqattn.training.resume import finished_run, keep_previous_metrics, resumable_train_loader, resume_config
 from seqattn.training.sweep import record_failure
@@ -202,6 +203,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     model = build_objective(cfg, datamodule)
     check_lengths(model, datamodule)
     finetune = apply_finetune(model, cfg)  # init_from / freeze / finetune.pretrained_lr_mult
+    distill = apply_distill(model, cfg)  # distill.teacher / temperature / alpha
     if is_rank_zero:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
@@ -237,6 +239,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["selection"] = selection
     if length:
         metrics["budget"] = length
+    if distill:
+        metrics["distill"] = distill
     if checkpoint is not None and checkpoint.monitor and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):

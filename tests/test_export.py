@@ -132,3 +132,39 @@ def test_graph_models_are_refused_with_a_reason(task, fmt, tiny_run, tmp_path):
     with pytest.raises(ValueError, match="cannot be exported"):
         export(run.best, fmt, tmp_path / "model.out", source)
     assert not (tmp_path / "model.out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_exported_clip_classifier_handles_inputs_three_times_longer_than_its_example(fmt, tiny_run, tmp_path):
+    """Exported on one short clip, the model gives the original's outputs on a batch whose longest
+    clip is 3x longer (no length from the example is baked into the graph: framing, mask, positions,
+    attention pooling)."""
+    import soundfile as sf
+
+    from seqattn.export import export
+
+    if fmt == "onnx":
+        ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install 'seqattn[export]'")
+        pytest.importorskip("onnx", reason="onnx not installed: pip install 'seqattn[export]'")
+    run = tiny_run("speech_cls")
+    folder = TASKS["speech_cls"].predict_inputs(run.cfg, tmp_path / "inputs")
+    clips = sorted(folder.iterdir())
+    waves = [sf.read(c, dtype="float32")[0] for c in clips[:3]]
+    shortest = min(range(len(clips)), key=lambda i: sf.info(clips[i]).frames)
+    path, example = export(run.best, fmt, tmp_path / f"model.{fmt}", clips[shortest])
+    long = torch.cat([torch.from_numpy(waves[0])] * 3)  # one clip spoken three times
+    assert long.numel() >= 3 * example[0].shape[1]
+    batch = torch.zeros(2, long.numel())
+    batch[0], batch[1, : len(waves[2])] = long, torch.from_numpy(waves[2])
+    inputs = (batch, torch.tensor([long.numel(), len(waves[2])]))
+    want_logits, want_mask = _reference(run, inputs)
+    if fmt == "torchscript":
+        logits, mask = torch.jit.load(str(path))(*inputs)
+        tol = 1e-5
+    else:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        logits, mask = (torch.from_numpy(a) for a in session.run(None, {n: x.numpy() for n, x in zip(names, inputs)}))
+        tol = 1e-3  # ONNX decomposes the STFT differently: ~1e-4 after the log
+    assert mask.shape == want_mask.shape and torch.equal(mask, want_mask)
+    torch.testing.assert_close(logits, want_logits, rtol=tol, atol=tol)

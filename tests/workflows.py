@@ -38,6 +38,19 @@ def _speech_inputs(cfg: DictConfig, folder: Path) -> Path:
     return folder
 
 
+def _clip_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """A folder of five test-split clips of the built-in spoken-word corpus (different words and lengths)."""
+    from seqattn.modalities.audio.manifest import read_clip_manifest
+    from seqattn.modalities.audio.words import generate_words_corpus
+
+    manifest = generate_words_corpus(cfg.data.data_dir, **cfg.data.synth)
+    folder.mkdir(parents=True, exist_ok=True)
+    items = [it for it in read_clip_manifest(manifest) if it["split"] == "test"][::2][:5]
+    for it in items:
+        shutil.copy(it["path"], folder / f"{it['speaker']}_{Path(it['path']).name}")
+    return folder
+
+
 def _image_inputs(cfg: DictConfig, folder: Path) -> Path:
     """A folder of five PNG files drawn by the built-in shapes generator."""
     from PIL import Image
@@ -93,6 +106,13 @@ TASKS: dict[str, Task] = {
                    "data.synth.n_test_speakers=1", "data.synth.utts_per_speaker={train:14,val:8,test:10}",
                    "data.batch_size=8", "model.dim=48", "model.depth=2", "trainer.max_epochs=6"],
         predict_inputs=_speech_inputs,
+    ),
+    "speech_cls": Task(
+        overrides=["task=speech_cls", "data.synth.words=[kasu,tami,puni,shafi]", "data.synth.n_train_speakers=4",
+                   "data.synth.n_val_speakers=1", "data.synth.n_test_speakers=1",
+                   "data.synth.clips_per_word={train:4,val:2,test:3}", "data.batch_size=16", "model.dim=32",
+                   "model.depth=2", "model.heads=2", "trainer.max_epochs=6"],
+        predict_inputs=_clip_inputs,
     ),
     "text_tagging": Task(
         overrides=["task=text_tagging", "data.synth.n_train=400", "data.synth.n_val=50", "data.synth.n_test=60",

@@ -56,6 +56,10 @@ class DataSpec:
             (an adapter checks they are what it reads).
         subsets: names of the boolean token subsets batches carry (``batch["subsets"]``), e.g.
             ``("ambiguous", "far")``: the labeling objective reports an accuracy on each.
+        groups: named partitions of the items, each with its group names, e.g. ``{"speaker":
+            ("spk01", ...)}``; batches carry ``batch["groups"][name]`` = ``[B]`` long indices into
+            them (-1 = none): the labeling / classification objectives report the test accuracy
+            per group (``acc_per_speaker`` in ``metrics.json``), summed across DDP processes.
     """
 
     num_outputs: int
@@ -68,6 +72,7 @@ class DataSpec:
     target_std: tuple[float, ...] | None = None
     provides: Mapping[str, str] = field(default_factory=dict)
     subsets: tuple[str, ...] = ()
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -81,6 +86,10 @@ class DataSpec:
         set_(self, "sizes", {str(k): (list(int(x) for x in v) if isinstance(v, (list, tuple)) else int(v))
                              for k, v in dict(self.sizes or {}).items()})
         set_(self, "provides", {str(k): str(v) for k, v in dict(self.provides or {}).items()})
+        set_(self, "groups", {str(k): _strings(v, f"groups[{k!r}]") for k, v in dict(self.groups or {}).items()})
+        for name, members in self.groups.items():
+            if len(set(members)) != len(members):
+                raise ValueError(f"DataSpec.groups[{name!r}] names a group more than once: {list(members)}")
         if self.labels is not None and len(self.labels) != self.num_outputs:
             raise ValueError(f"DataSpec has {len(self.labels)} label names for num_outputs={self.num_outputs}")
         for name in ("target_kinds", "target_mean", "target_std"):
@@ -114,6 +123,7 @@ class DataSpec:
         for key, value in out.items():
             if isinstance(value, tuple):
                 out[key] = list(value)
+        out["groups"] = {k: list(v) for k, v in self.groups.items()}
         return out
 
     @classmethod
@@ -140,4 +150,6 @@ class DataSpec:
             parts.append(", ".join(f"{k}={v}" for k, v in self.sizes.items()))
         if self.provides:
             parts.append("provides " + ", ".join(f"{k}={v}" for k, v in self.provides.items()))
+        if self.groups:
+            parts.append("groups " + ", ".join(f"{len(v)} {k}s" for k, v in self.groups.items()))
         return "; ".join(parts)

@@ -7,7 +7,9 @@ They replace :class:`seqattn.core.Encoder` by config (``model=no_context`` / ``m
 - :class:`WindowMLP` is the seed's sliding-window fully connected network: each
   token sees the concatenation of its ±``window`` neighbours (a fixed receptive field);
 - :class:`ConvEncoder` is a small CNN over an image adapter's 2-D token grid;
-- :class:`BiLSTM` is a bidirectional LSTM (``model=bilstm``): unbounded context, no attention.
+- :class:`BiLSTM` is a bidirectional LSTM (``model=bilstm``): unbounded context, no attention;
+- :class:`SpectrogramCNN` is a log-mel CNN (``model=logmel_cnn``): 2-D convolutions over an audio
+  adapter's ``[frames x mel bins]`` features, a fixed (dilated) receptive field in time.
 
 ``forward(x [B, L, D] | Tokens, mask [B, L] | None, ..., return_attention) -> [B, L, D]``
 (``(out, [])`` when attention is asked for: they have none).
@@ -181,3 +183,83 @@ class BiLSTM(nn.Module):
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         return (x, []) if return_attention else x
+
+
+class SpectrogramCNN(nn.Module):
+    """Log-mel CNN baseline for audio with the encoder's interface: ``Tokens -> [B, F, D]``.
+
+    Reads the frame features an audio adapter keeps in ``tokens.extra["features"]`` (``[B, F, C]``,
+    e.g. 40 log-mel bins; ``tokens.x`` when there are none) as a one-channel image ``[F x C]`` and runs
+    ``len(channels)`` blocks ``Conv k×k (dilated in time) -> LayerNorm over channels -> GELU -> max-pool
+    2 over frequency``; the time resolution is kept (one output per frame, the adapter's mask holds).
+    With dilations 1, 2, 4, 8, 16 a frame sees ±31 frames (±310 ms at a 10 ms hop): a fixed receptive
+    field where attention learns its own. The frequency axis is then averaged to ``freq_out`` bins, the
+    ``channels[-1]·freq_out`` values of each frame are projected to ``dim`` and added to the adapter's
+    frame vector ``tokens.x`` (a residual), then layer-normed.
+
+    Padded frames (``mask`` False) are zeroed before every convolution, exactly like the convolution's
+    own zero padding at the ends, so a clip in a padded batch gets the same output as alone.
+
+    Args:
+        dim: width D of the output (the adapter's width).
+        channels: output channels of each block.
+        dilations: time dilation of each block (same length as ``channels``).
+        kernel_size: odd k of the k×k convolutions.
+        freq_out: frequency bins left after the final average.
+        dropout: before the projection.
+    """
+
+    def __init__(self, dim: int, channels: tuple[int, ...] | list[int] = (16, 32, 64, 64, 64),
+                 dilations: tuple[int, ...] | list[int] = (1, 2, 4, 8, 16), kernel_size: int = 3, freq_out: int = 4,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        channels, dilations = [int(c) for c in channels], [int(d) for d in dilations]
+        if not channels or len(channels) != len(dilations):
+            raise ValueError(f"channels {channels} and dilations {dilations} must be non-empty and of equal length")
+        if any(c < 1 for c in channels) or any(d < 1 for d in dilations):
+            raise ValueError(f"channels {channels} and dilations {dilations} must be >= 1")
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd and >= 1, got {kernel_size}")
+        if freq_out < 1:
+            raise ValueError(f"freq_out must be >= 1, got {freq_out}")
+        self.dim = dim
+        k = kernel_size
+        ins = [1] + channels[:-1]
+        self.convs = nn.ModuleList(nn.Conv2d(i, o, k, padding=(d * (k // 2), k // 2), dilation=(d, 1))
+                                   for i, o, d in zip(ins, channels, dilations))
+        self.norms = nn.ModuleList(nn.LayerNorm(o) for o in channels)
+        self.pool = nn.AdaptiveAvgPool2d((None, freq_out))
+        self.drop = nn.Dropout(dropout)
+        self.proj = nn.Linear(channels[-1] * freq_out, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, mask=None, attn_mask=None, edge_index=None, return_attention=False):
+        """``x``: :class:`Tokens` (``x [B, F, D]``, ``extra["features"] [B, F, C]``) -> ``[B, F, D]``."""
+        if not isinstance(x, Tokens):
+            raise ValueError("SpectrogramCNN needs the adapter's Tokens (with extra['features']), got a tensor")
+        if x.num_global:
+            raise ValueError("SpectrogramCNN has no global token; use head.pooling=mean|max|attention, not cls")
+        tokens = x
+        x, mask = tokens.x, tokens.mask if mask is None else mask
+        feats = (tokens.extra or {}).get("features", x)  # [B, F, C]
+        b, frames, dim = x.shape
+        if dim != self.dim or feats.shape[:2] != x.shape[:2]:
+            raise ValueError(f"input must be [B, F, D={self.dim}] with features [B, F, C], got {tuple(x.shape)} and "
+                             f"{tuple(feats.shape)}")
+        keep = None if mask is None else mask[:, None, :, None].to(feats.dtype)  # [B, 1, F, 1]
+        y = feats.to(x.dtype).unsqueeze(1)  # [B, 1, F, C]
+        for conv, norm in zip(self.convs, self.norms):
+            if keep is not None:
+                y = y * keep  # padding never enters a receptive field
+            y = conv(y)  # [B, ch, F, C']
+            y = F.gelu(norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2))  # LayerNorm over channels
+            if y.shape[-1] > 1:
+                y = F.max_pool2d(y, (1, 2), ceil_mode=True)  # [B, ch, F, ceil(C'/2)]
+        if keep is not None:
+            y = y * keep
+        y = self.pool(y)  # [B, ch, F, freq_out]
+        y = y.permute(0, 2, 1, 3).reshape(b, frames, -1)  # [B, F, ch·freq_out]
+        out = self.norm(x + self.proj(self.drop(y)))  # [B, F, D]
+        if mask is not None:
+            out = out.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return (out, []) if return_attention else out

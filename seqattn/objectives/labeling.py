@@ -5,6 +5,13 @@ Batch: ``labels [B, L]`` long with ``ignore_index`` (-100) on padding and unlabe
 Optionally ``subsets``: ``{name: bool mask shaped like labels}``; at test time the accuracy on each
 subset is logged as ``test/acc_<name>`` (e.g. the ambiguous words of a tagging corpus); the data's
 spec names them (``DataSpec.subsets``), so their counts are synchronised across DDP processes.
+Optionally ``groups``: ``{name: [B] long}``, each item's index into ``DataSpec.groups[name]`` (-1 =
+none), e.g. its speaker; at test time the accuracy per group goes into ``metrics.json``
+(``acc_per_speaker``, ``count_per_speaker``) and its worst / mean over groups is logged
+(``test/acc_speaker_worst``, ``test/acc_speaker_mean``).
+
+Distillation (:mod:`seqattn.objectives.distill`): with a teacher set (``distillation``), the training
+loss is ``alpha · T² · KL(teacher_T ‖ student_T) + (1 − alpha) · CE`` over the labeled positions.
 
 Metrics: accuracy (micro: over labeled tokens), macro-F1; at test time the per-class accuracy
 (recall) of every class that has test examples (``test/acc_<class>``; a class without test
@@ -21,6 +28,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from seqattn.labels import IGNORE_INDEX
 from seqattn.objectives.base import Objective
+from seqattn.objectives.distill import Distillation
 from seqattn.objectives.predictions import Prediction
 
 
@@ -43,6 +51,31 @@ class SubsetAccuracy(Metric):
         return self.correct.float() / self.total.clamp_min(1)
 
 
+class GroupAccuracy(Metric):
+    """Accuracy per group (e.g. per speaker): ``correct`` and ``total`` counts ``[G]``, summed across
+    processes. ``update(preds [N], targets [N], group [N])`` with group ``-1`` = none."""
+
+    full_state_update = False
+
+    def __init__(self, num_groups: int) -> None:
+        super().__init__()
+        self.num_groups = int(num_groups)
+        self.add_state("correct", torch.zeros(self.num_groups, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.zeros(self.num_groups, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, preds: torch.Tensor, targets: torch.Tensor, group: torch.Tensor) -> None:
+        group = group.to(preds.device)
+        keep = (group >= 0) & (group < self.num_groups) & (targets != IGNORE_INDEX)
+        g = group[keep]
+        self.correct += torch.bincount(g, weights=(preds[keep] == targets[keep]).float(),
+                                       minlength=self.num_groups).long()
+        self.total += torch.bincount(g, minlength=self.num_groups)
+
+    def compute(self) -> torch.Tensor:
+        """``[2, G]``: correct and total per group."""
+        return torch.stack([self.correct, self.total])
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in str(name))
 
@@ -61,15 +94,36 @@ class SequenceLabeling(Objective):
         self.test_subsets = torch.nn.ModuleDict({_safe(n): SubsetAccuracy() for n in names})
         self._subsets: dict | None = None  # the current test batch's subset masks
         self._seen_subsets: set[str] = set()
+        groups = dict(self.spec.groups) if self.spec is not None else {}
+        self.group_names = {name: list(members) for name, members in groups.items() if members}
+        self.test_groups = torch.nn.ModuleDict({_safe(n): GroupAccuracy(len(m)) for n, m in self.group_names.items()})
+        self._groups: dict | None = None  # the current test batch's group indices
+        self._labels_shape: tuple[int, ...] | None = None
+        self.group_results: dict[str, dict[str, tuple[float, int]]] = {}
+
+    #: a teacher to distil from (:mod:`seqattn.objectives.distill`); set by :meth:`set_distillation`
+    distillation: Distillation | None = None
+
+    def set_distillation(self, distillation: Distillation | None) -> None:
+        """Train against ``distillation``'s teacher as well as the labels (None: the labels only).
+        ``ValueError`` when the teacher's label set differs from this model's."""
+        if distillation is not None:
+            distillation.check_labels(self.labels, self.num_classes)
+        self.distillation = distillation
 
     def on_test_epoch_start(self) -> None:
         self.test_confusion.reset()
         for metric in self.test_subsets.values():
             metric.reset()
         self._seen_subsets = set()
+        for metric in self.test_groups.values():
+            metric.reset()
+        self.group_results = {}
 
     def model_step(self, batch: dict, stage: str) -> torch.Tensor:
         self._subsets = batch.get("subsets") if stage == "test" else None
+        self._groups = batch.get("groups") if stage == "test" else None
+        self._labels_shape = tuple(batch["labels"].shape) if "labels" in batch else None
         return super().model_step(batch, stage)
 
     def loss_weight(self, out: dict, batch: dict) -> int:
@@ -88,6 +142,14 @@ class SequenceLabeling(Objective):
                 self.test_subsets[key] = SubsetAccuracy().to(preds.device)
             self.test_subsets[key].update(preds, targets, subset)
             self._seen_subsets.add(key)
+        for name, group in (self._groups or {}).items():
+            key = _safe(name)
+            if key not in self.test_groups:  # not declared by the data's spec: no names to report
+                continue
+            if group.dim() != 1 or self._labels_shape is None or group.shape[0] != self._labels_shape[0]:
+                raise ValueError(f"groups[{name!r}] must be [B] (one index per item), got {tuple(group.shape)}")
+            per_position = group.view(-1, *([1] * (len(self._labels_shape) - 1))).expand(self._labels_shape)
+            self.test_groups[key].update(preds, targets, per_position.flatten())
 
     def on_test_epoch_end(self) -> None:
         names = self.labels or [str(i) for i in range(self.num_classes)]
@@ -100,6 +162,14 @@ class SequenceLabeling(Objective):
         if subsets:
             self.log_dict(subsets)
         self.confusion_matrix = matrix.cpu()
+        for name, members in self.group_names.items():
+            correct, total = self.test_groups[_safe(name)].compute().cpu()  # [G] each, synchronised
+            results = {m: (float(c) / float(t), int(t)) for m, c, t in zip(members, correct, total) if t > 0}
+            if not results:
+                continue
+            self.group_results[name] = results
+            accs = torch.tensor([acc for acc, _ in results.values()])
+            self.log_dict({f"test/acc_{_safe(name)}_worst": accs.min(), f"test/acc_{_safe(name)}_mean": accs.mean()})
 
     @property
     def num_classes(self) -> int:
@@ -125,6 +195,9 @@ class SequenceLabeling(Objective):
         sizes = {key: int(self.test_subsets[key].total) for key in sorted(self._seen_subsets)}
         if sizes:
             summary["subset_sizes"] = sizes
+        for name, results in self.group_results.items():
+            summary[f"acc_per_{_safe(name)}"] = {m: round(acc, 6) for m, (acc, _) in results.items()}
+            summary[f"count_per_{_safe(name)}"] = {m: n for m, (_, n) in results.items()}
         return summary
 
     @staticmethod
@@ -140,8 +213,17 @@ class SequenceLabeling(Objective):
         self._check(logits, labels)
         if not bool((labels != IGNORE_INDEX).any()):  # nothing labeled here: no gradient, not NaN
             return logits.sum() * 0.0
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.flatten(), ignore_index=IGNORE_INDEX,
-                               label_smoothing=self.label_smoothing)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.flatten(), ignore_index=IGNORE_INDEX,
+                             label_smoothing=self.label_smoothing)
+        if self.distillation is None or not self.training:
+            return ce
+        inputs = getattr(self.net.adapter, "augmented_inputs", None)  # the student's augmented view, if any
+        loss, soft = self.distillation.loss(ce, logits, batch, keep=labels != IGNORE_INDEX, inputs=inputs)
+        weight = int((labels != IGNORE_INDEX).sum())
+        if self._trainer is not None:  # called from a training loop
+            self.log_dict({"train/loss_ce": ce.detach(), "train/loss_kd": soft.detach()}, on_step=False,
+                          on_epoch=True, batch_size=weight)
+        return loss
 
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         return out["logits"].argmax(-1).flatten(), batch["labels"].flatten()  # [B·L], [B·L]

@@ -193,7 +193,14 @@ def _band_noise(rng, n: int, lo: float, hi: float, sr: int) -> np.ndarray:
 
 def synth_utterance(rng: np.random.Generator, spk: Speaker, sr: int) -> tuple[np.ndarray, list[tuple[int, int, str]]]:
     """One utterance: waveform ``[N]`` float32 and its ``(start, end, label)`` sample segments."""
-    plan = _plan(rng, sr)
+    return render_plan(rng, spk, _plan(rng, sr), sr)
+
+
+def render_plan(rng: np.random.Generator, spk: Speaker, plan: list[tuple[str, int, int]], sr: int
+                ) -> tuple[np.ndarray, list[tuple[int, int, str]]]:
+    """Synthesise a segment plan ``[(phone, n_samples, burst_samples)]`` (stops: ``burst_samples`` > 0,
+    the rest of the stop is its closure) as spoken by ``spk``: waveform ``[N]`` float32 and its
+    ``(start, end, label)`` sample segments."""
     total = sum(p[1] for p in plan)
     f0 = _f0_contour(rng, spk, total, sr)  # [N]
     phase = 2 * np.pi * np.cumsum(f0) / sr  # [N]

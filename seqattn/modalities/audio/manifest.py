@@ -7,6 +7,8 @@ against the manifest's folder. Keys / columns:
 - frame labels: ``segments`` (JSONL: inline ``[[start_s, end_s, label], ...]``) or ``labels`` (a
   label file, Audacity style: ``start<TAB>end<TAB>label`` per line);
 - ``split`` (``train`` / ``val`` / ``test``; ``dev`` and ``valid`` mean ``val``), ``speaker``: optional.
+- a whole-clip label (utterance classification, :func:`read_clip_manifest`): ``label``, or the
+  column named by ``label_column`` (``speaker`` for speaker identification).
 
 Example::
 
@@ -132,6 +134,29 @@ def read_manifest(path: str | Path, encoding: str = "utf-8", require_segments: b
                                  "'labels' (a label file)")
     if not items and not skipped:
         raise ValueError(f"manifest {path} lists no audio files")
+    return items
+
+
+def read_clip_manifest(path: str | Path, label_column: str = "label", encoding: str = "utf-8"
+                       ) -> list[dict[str, Any]]:
+    """A manifest with one label per clip: ``path,label[,speaker][,split]`` (CSV or JSONL).
+
+    Returns the items of :func:`read_manifest` (frame labels not needed) with ``label``: the
+    clip's ``label_column`` value as text. A manifest without that column, or a line without a
+    value in it, is a ``ValueError`` naming ``file:line``.
+    """
+    items = read_manifest(path, encoding, require_segments=False)
+    for it in items:
+        raw = it["raw"]
+        if label_column not in raw:
+            raise ValueError(f"{it['where']}: no {label_column!r} (the clip's label, data.label_column); the line "
+                             f"has {sorted(raw)}")
+        value = raw[label_column]
+        if value is None or is_missing(value) or (isinstance(value, str) and not value.strip()):
+            raise ValueError(f"{it['where']}: empty {label_column!r}: every clip needs a label")
+        if isinstance(value, (list, dict)):
+            raise ValueError(f"{it['where']}: {label_column!r} must be one label (text or number), got {value!r}")
+        it["label"] = str(value).strip()
     return items
 
 

@@ -134,3 +134,92 @@ def _runs(labels: np.ndarray):
         if i == len(labels) or labels[i] != labels[start]:
             yield start, i, int(labels[start])
             start = i
+
+
+@torch.no_grad()
+def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int = 0, layer: int = -1) -> Path:
+    """Utterance classification figures in ``out_dir``:
+
+    - ``confusion_matrix.png``: the test confusion matrix with the class names;
+    - ``test_clip.png``: one test clip's features, the attention map of ``layer`` (mean over heads),
+      how the head reads the frames (``head.pooling=attention``: the pooling weights; ``cls``: the
+      global token's attention row of ``layer``) and the predicted class probabilities (top 5)
+      against the true label.
+
+    Returns the confusion matrix's path.
+    """
+    from seqattn.viz.confusion import plot_confusion_matrix
+
+    out_dir = Path(out_dir)
+    model.eval()
+    names = list(model.labels or [str(i) for i in range(model.num_classes)])
+    batch = first_test_batch(datamodule)
+    batch = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    matrix = getattr(model, "confusion_matrix", None)
+    if matrix is None:  # not tested in this process: count over the test split
+        matrix = torch.zeros(len(names), len(names), dtype=torch.long)
+        for b in datamodule.test_dataloader():
+            b = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+            pred = model(b)["logits"].argmax(-1).cpu()
+            matrix += torch.bincount(b["labels"].cpu() * len(names) + pred, minlength=len(names) ** 2).view(
+                len(names), len(names))
+    confusion = plot_confusion_matrix(np.asarray(matrix), names, out_dir / "confusion_matrix.png",
+                                      title="test confusion matrix (unseen speakers)" if getattr(
+                                          datamodule, "speakers", None) else "test confusion matrix")
+
+    out = model.net(batch, return_attention=[layer])
+    tokens = out["tokens"]
+    g = tokens.num_global
+    n = int(out["mask"][index].sum()) - g
+    feats = tokens.extra.get("features", tokens.x[:, g:])[index, :n].float().cpu().numpy()  # [F, C]
+    probs = out["logits"][index].float().softmax(-1).cpu()
+    true = int(batch["labels"][index])
+    fig = plt.figure(figsize=(11, 8.5), constrained_layout=True)
+    grid = fig.add_gridspec(3, 2, height_ratios=[2.0, 0.6, 3.2], width_ratios=[4, 1.3])
+    ax = fig.add_subplot(grid[0, 0])
+    ax.imshow(feats.T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
+    ax.set_ylabel("feature")
+    ax.set_title(f"test clip {batch['ids'][index]}: {n} frames, true '{names[true]}'")
+    ax = fig.add_subplot(grid[1, 0])
+    head = model.net.head
+    attention = out.get("attention")
+    pooling = getattr(head, "pooling", None)
+    weights = None
+    if pooling == "attention":
+        encoded = model.net.encoder(tokens)
+        scores = head.score(encoded).squeeze(-1)[index, : n + g]  # [L]
+        weights = scores.float().softmax(-1)[g:].cpu().numpy()  # the pooling weights over frames
+        label = "pooling\nweight"
+    elif pooling == "cls" and attention and g:
+        weights = attention[0][index, :, 0, g : n + g].mean(0).float().cpu().numpy()  # the global token's row
+        label = "CLS\nattention"
+    if weights is not None:
+        ax.fill_between(np.arange(n), weights, step="mid", color="tab:blue")
+        ax.set_xlim(-0.5, n - 0.5)
+        ax.set_ylabel(label)
+    else:
+        ax.text(0.5, 0.5, f"pooling: {getattr(head, 'pooling', '?')}", ha="center", va="center")
+        ax.set_axis_off()
+    ax = fig.add_subplot(grid[2, 0])
+    if attention:
+        attn = attention[0][index, :, g : n + g, g : n + g].mean(0).float().cpu().numpy()  # [F, F]
+        image = ax.imshow(attn, cmap="viridis", interpolation="nearest", aspect="auto")
+        fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, 0.015, 1.0]))
+        ax.set_title(f"attention of the {'last layer' if layer == -1 else f'layer {layer}'}, mean over heads")
+        ax.set_xlabel("key frame")
+        ax.set_ylabel("query frame")
+    else:
+        ax.text(0.5, 0.5, f"{type(model.net.encoder).__name__} has no attention", ha="center", va="center")
+        ax.set_axis_off()
+    ax = fig.add_subplot(grid[:, 1])
+    top = probs.argsort(descending=True)[:5].tolist()
+    ax.barh(range(len(top)), [float(probs[k]) for k in top],
+            color=["tab:green" if k == true else "tab:gray" for k in top])
+    ax.set_yticks(range(len(top)), [names[k] for k in top])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_title("predicted (green = true)")
+    path = out_dir / "test_clip.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return confusion

@@ -1,0 +1,163 @@
+"""Training-only audio augmentation, inside the adapter: random crop and time shift, additive noise at
+a random SNR (on the waveform), SpecAugment time and frequency masks (on the frame features).
+
+It lives in the adapter (:class:`AugmentedAudioAdapter`, active only while ``self.training``), not
+in the data's collate: the draws then come from torch's global random state like dropout's, so an
+exactly resumed run (:mod:`seqattn.training.resume`) draws the same augmentation; evaluation,
+prediction, export and a distillation teacher (all in eval mode) see the clean audio; and the
+modality never imports an objective. The draws are per item (each clip its own crop, shift, SNR and
+masks), within each clip's own length; padding stays zero.
+
+Letters: b batch, t samples, f frames, c feature dim.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torchaudio
+from torch import nn
+
+from seqattn.core.tokens import Tokens
+from seqattn.modalities.audio.adapter import AudioAdapter
+from seqattn.modalities.audio.features import ms_to_samples
+
+
+class WaveAugment(nn.Module):
+    """Waveform augmentation of a padded batch: ``(waveform [B, T], lengths [B]) -> same shapes``.
+
+    Args:
+        sample_rate: samples per second (for the millisecond arguments).
+        crop: keep a random contiguous share in ``[crop, 1]`` of each clip (1 = no crop); at least
+            ``min_samples`` are kept.
+        shift_ms: rotate each clip by a random offset in ``[-shift_ms, shift_ms]`` within its own
+            length (0 = off): the word moves, the background wraps around.
+        noise_p: probability that a clip gets white noise added.
+        snr_db: ``[low, high]``: the noise's signal-to-noise ratio, uniform in dB.
+        min_samples: the shortest clip a crop may leave (one analysis window).
+    """
+
+    def __init__(self, sample_rate: int = 16000, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
+                 snr_db: Sequence[float] = (10.0, 30.0), min_samples: int = 1) -> None:
+        super().__init__()
+        if not 0.0 < crop <= 1.0:
+            raise ValueError(f"crop={crop} must be in (0, 1]: the smallest share of a clip a crop keeps")
+        if shift_ms < 0:
+            raise ValueError(f"shift_ms={shift_ms} must be >= 0")
+        if not 0.0 <= noise_p <= 1.0:
+            raise ValueError(f"noise_p={noise_p} must be a probability in [0, 1]")
+        snr_db = [float(v) for v in snr_db]
+        if len(snr_db) != 2 or snr_db[0] > snr_db[1]:
+            raise ValueError(f"snr_db={snr_db} must be [low, high] in dB with low <= high")
+        self.crop, self.noise_p, self.snr_db = float(crop), float(noise_p), snr_db
+        self.shift = ms_to_samples(shift_ms, sample_rate)
+        self.min_samples = max(int(min_samples), 1)
+
+    @property
+    def active(self) -> bool:
+        return self.crop < 1.0 or self.shift > 0 or self.noise_p > 0
+
+    def forward(self, waveform: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t = waveform.shape
+        lengths = lengths.long()
+        start = torch.zeros(b, dtype=torch.long, device=waveform.device)
+        if self.crop < 1.0:
+            share = self.crop + (1.0 - self.crop) * torch.rand(b, device=waveform.device)  # [B]
+            kept = torch.maximum((share * lengths).ceil().long(), torch.clamp(lengths, max=self.min_samples))
+            kept = torch.minimum(kept, lengths)
+            start = ((lengths - kept + 1) * torch.rand(b, device=waveform.device)).long()  # [B] in 0..len-kept
+            lengths = kept
+        pos = torch.arange(t, device=waveform.device)[None]  # [1, T]
+        real = pos < lengths[:, None]  # [B, T]
+        if self.shift > 0:
+            offset = torch.randint(-self.shift, self.shift + 1, (b,), device=waveform.device)  # [B]
+            pos = (pos - offset[:, None]) % lengths.clamp_min(1)[:, None]  # [B, T] rotated within the clip
+        index = (start[:, None] + pos).clamp(max=t - 1)  # [B, T]
+        out = waveform.gather(1, index) * real  # [B, T], padding zero
+        if self.noise_p > 0:
+            noise = torch.randn_like(out) * real  # [B, T]
+            lo, hi = self.snr_db
+            snr = lo + (hi - lo) * torch.rand(b, device=out.device)  # [B] dB
+            noisy = torchaudio.functional.add_noise(out, noise, snr, lengths)
+            use = torch.rand(b, device=out.device) < self.noise_p  # [B]
+            out = torch.where(use[:, None], noisy, out)
+        return out, lengths
+
+
+class SpecAugment(nn.Module):
+    """SpecAugment masks on frame features (torchaudio ``TimeMasking`` / ``FrequencyMasking``, drawn
+    per item): ``(feats [B, F, C], mask [B, F]) -> feats [B, F, C]``; masked values are 0 (the mean of
+    normalised features), padding stays 0.
+
+    Args:
+        time_masks, time_mask_frames: how many time masks, each up to this many frames wide (its
+            position is drawn over the batch's padded length; at most ``time_mask_p`` of it).
+        freq_masks, freq_mask_bins: how many frequency masks, each up to this many feature bins.
+    """
+
+    def __init__(self, time_masks: int = 0, time_mask_frames: int = 10, freq_masks: int = 0,
+                 freq_mask_bins: int = 8, time_mask_p: float = 0.2) -> None:
+        super().__init__()
+        for name, value in (("time_masks", time_masks), ("time_mask_frames", time_mask_frames),
+                            ("freq_masks", freq_masks), ("freq_mask_bins", freq_mask_bins)):
+            if int(value) < 0:
+                raise ValueError(f"{name}={value} must be >= 0")
+        self.time_masks, self.freq_masks = int(time_masks), int(freq_masks)
+        self.time = torchaudio.transforms.TimeMasking(int(time_mask_frames), iid_masks=True, p=float(time_mask_p))
+        self.freq = torchaudio.transforms.FrequencyMasking(int(freq_mask_bins), iid_masks=True)
+
+    @property
+    def active(self) -> bool:
+        return self.time_masks > 0 or self.freq_masks > 0
+
+    def forward(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        spec = feats.transpose(1, 2).unsqueeze(1)  # [B, F, C] -> [B, 1, C, F] (torchaudio: ..., freq, time)
+        for _ in range(self.time_masks):
+            spec = self.time(spec)
+        for _ in range(self.freq_masks):
+            spec = self.freq(spec)
+        return spec.squeeze(1).transpose(1, 2) * mask[..., None].to(feats.dtype)  # [B, F, C]
+
+
+class AugmentedAudioAdapter(AudioAdapter):
+    """:class:`~seqattn.modalities.audio.adapter.AudioAdapter` with training-only augmentation (see the
+    module docstring); in eval mode it computes exactly what ``AudioAdapter`` does (same parameters,
+    same checkpoint keys, same exports).
+
+    Args (besides ``AudioAdapter``'s): ``crop``, ``shift_ms``, ``noise_p``, ``snr_db`` (:class:`WaveAugment`),
+    ``time_masks``, ``time_mask_frames``, ``freq_masks``, ``freq_mask_bins`` (:class:`SpecAugment`).
+
+    ``augmented_inputs``: after a training forward, the augmented ``{"waveform", "lengths"}`` it read
+    (None without waveform augmentation), so a distillation teacher can be shown the same augmented clips as the student
+    (:mod:`seqattn.objectives.distill`); SpecAugment masks stay the student's own.
+    """
+
+    augmented_inputs: dict | None = None
+
+    def __init__(self, dim: int, *args, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
+                 snr_db: Sequence[float] = (10.0, 30.0), time_masks: int = 0, time_mask_frames: int = 10,
+                 freq_masks: int = 0, freq_mask_bins: int = 8, **kwargs) -> None:
+        super().__init__(dim, *args, **kwargs)
+        self.wave_augment = WaveAugment(self.features.sample_rate, crop, shift_ms, noise_p, snr_db,
+                                        min_samples=self.features.win)
+        self.spec_augment = SpecAugment(time_masks, time_mask_frames, freq_masks, freq_mask_bins)
+
+    def forward(self, waveform: torch.Tensor, lengths: torch.Tensor | None = None):
+        """``waveform [B, T]``, ``lengths [B]`` -> Tokens(x ``[B, F, dim]``, mask ``[B, F]``), augmented
+        while training; ``extra["features"]`` holds the (augmented) frame features."""
+        if not self.training or not (self.wave_augment.active or self.spec_augment.active):
+            return super().forward(waveform, lengths)  # no state is touched: export and eval see AudioAdapter
+        if waveform.dim() == 1:
+            waveform = waveform[None]
+        if lengths is None:
+            lengths = torch.full(waveform.shape[:1], waveform.shape[1], dtype=torch.long, device=waveform.device)
+        self.augmented_inputs = None
+        if self.wave_augment.active:
+            waveform, lengths = self.wave_augment(waveform.float(), lengths)
+            self.augmented_inputs = {"waveform": waveform, "lengths": lengths}
+        feats, mask = self.features(waveform, lengths)  # [B, F, C], [B, F]
+        if self.spec_augment.active:
+            feats = self.spec_augment(feats, mask)
+        x = self.dropout(self.proj(feats))  # [B, F, D]
+        return Tokens(x=x, mask=mask, extra={"features": feats})

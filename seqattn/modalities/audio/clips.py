@@ -1,0 +1,273 @@
+"""One label per clip (``task=speech_cls``): spoken words, keywords, speaker identification.
+
+Sources: ``synthetic`` (the built-in spoken-word corpus, :mod:`seqattn.modalities.audio.words`) or
+``manifest`` (your files: CSV / JSONL ``path,label[,speaker][,split]``, see
+:func:`~seqattn.modalities.audio.manifest.read_clip_manifest`); giving ``manifest=`` selects it.
+
+Splits, in this order:
+
+1. the manifest's ``split_column`` (default ``split``) when it has one (every line or none);
+2. ``label_column == speaker_column`` (speaker identification): the clips of each speaker are
+   split stratified by label, so every speaker is in every split;
+3. speakers given on every line: by speaker, so val and test speakers are unseen in training;
+4. otherwise by clip at random. All seeded (``seed``), fractions ``val_fraction`` / ``test_fraction``.
+
+``train_fraction < 1`` keeps a seeded, label-stratified share of the training clips (learning
+curves, distillation onto a small labeled subset); val and test stay whole.
+
+Batches: ``waveform [B, T]`` zero-padded, ``lengths [B]`` long, ``labels [B]`` long (not in
+prediction batches), ``groups {"speaker": [B] long}`` (index into ``spec().groups["speaker"]``,
+-1 = no speaker; the objective reports the test accuracy per speaker), ``ids``.
+
+Letters: b batch, t samples.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import soundfile as sf
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from seqattn.datakit.items import Item
+from seqattn.datakit.module import TaskDataModule
+from seqattn.datakit.spec import DataSpec
+from seqattn.datakit.splits import split, split_indices
+from seqattn.labels import is_missing, split_name
+from seqattn.modalities.audio.data import AudioFileDataset
+from seqattn.modalities.audio.features import load_audio, ms_to_samples
+from seqattn.modalities.audio.manifest import read_audio_list, read_clip_manifest
+from seqattn.modalities.audio.words import generate_words_corpus
+
+log = logging.getLogger("seqattn.modalities.audio.clips")
+
+SOURCES = ("synthetic", "manifest")
+GROUP = "speaker"
+
+
+class ClipDataset(Dataset):
+    """Clips with one label each: ``__getitem__`` -> ``dict(waveform [T] float32, label int, id str,
+    group int)`` (``group``: the speaker's index, -1 = none). Audio is read once and kept in memory."""
+
+    def __init__(self, items: Sequence[Mapping[str, Any]], label_names: Sequence[str], sample_rate: int,
+                 speakers: Sequence[str] = ()) -> None:
+        self.items = list(items)
+        self.label_to_index = {name: i for i, name in enumerate(label_names)}
+        self.speaker_to_index = {name: i for i, name in enumerate(speakers)}
+        self.sample_rate = sample_rate
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = self.items[index]
+        if index not in self._cache:
+            try:
+                self._cache[index] = load_audio(item["path"], self.sample_rate)  # [T]
+            except ValueError as err:
+                raise ValueError(f"{item['where']}: {err}") from None
+        return {"waveform": self._cache[index], "label": self.label_to_index[item["label"]], "id": item["id"],
+                "group": self.speaker_to_index.get(item.get("speaker"), -1)}
+
+
+def collate_clips(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Dataset items -> ``dict(waveform [B, T_max] zero-padded, lengths [B] long, ids, labels [B] long
+    (when the items have labels), groups {"speaker": [B] long} (when they have speakers))``."""
+    lengths = torch.tensor([b["waveform"].numel() for b in batch], dtype=torch.long)  # [B]
+    waveform = torch.zeros(len(batch), int(lengths.max()))  # [B, T_max]
+    for i, b in enumerate(batch):
+        waveform[i, : lengths[i]] = b["waveform"]
+    out: dict[str, Any] = {"waveform": waveform, "lengths": lengths, "ids": [b["id"] for b in batch]}
+    if all(b.get("label") is not None for b in batch):
+        out["labels"] = torch.tensor([b["label"] for b in batch], dtype=torch.long)  # [B]
+    if all("group" in b for b in batch):
+        out["groups"] = {GROUP: torch.tensor([b["group"] for b in batch], dtype=torch.long)}  # [B]
+    return out
+
+
+class ClipDataModule(TaskDataModule):
+    """Utterance classification data: the built-in spoken-word corpus or a user manifest.
+
+    Args (besides :class:`~seqattn.datakit.module.TaskDataModule`'s):
+        source: ``synthetic`` | ``manifest``; a ``manifest`` path selects ``manifest``.
+        manifest: a ``.csv`` / ``.jsonl`` manifest ``path,label[,speaker][,split]``.
+        label_column: the column holding each clip's label (``speaker``: speaker identification).
+        speaker_column: the column naming the speaker (None: no speakers).
+        split_column: the column with each clip's split (None: ignore it and split by seed).
+        train_fraction: keep this label-stratified share of the training clips (seeded).
+        sample_rate, win_ms: audio rate and the analysis window (clips shorter than one window are
+            skipped and counted).
+        synth: arguments of :func:`~seqattn.modalities.audio.words.generate_words_corpus`.
+    """
+
+    collate = staticmethod(collate_clips)
+
+    def __init__(
+        self,
+        source: str | None = None,
+        data_dir: str | None = None,
+        manifest: str | None = None,
+        label_column: str = "label",
+        speaker_column: str | None = "speaker",
+        split_column: str | None = "split",
+        labels: Sequence[str] | None = None,
+        train_fraction: float = 1.0,
+        sample_rate: int = 16000,
+        win_ms: float = 25.0,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        val_fraction: float = 0.15,
+        test_fraction: float = 0.15,
+        seed: int = 0,
+        synth: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        encoding: str = "utf-8",
+    ) -> None:
+        if source is None:
+            source = "manifest" if manifest else "synthetic"
+        if source not in SOURCES:
+            raise ValueError(f"source={source!r} is not one of {SOURCES}")
+        if source == "manifest" and not manifest:
+            raise ValueError("source='manifest' needs manifest=<path to a .csv or .jsonl manifest>")
+        if source == "synthetic" and manifest:
+            raise ValueError(f"data.manifest={manifest!r} is given but data.source=synthetic would ignore it; "
+                             "drop data.source (a manifest selects the manifest source) or the manifest")
+        if not 0.0 < float(train_fraction) <= 1.0:
+            raise ValueError(f"train_fraction={train_fraction!r} must be in (0, 1]")
+        if not label_column:
+            raise ValueError("label_column must name the manifest column with each clip's label")
+        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
+                         val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
+                         encoding=encoding)
+        self.source, self.manifest = source, manifest
+        self.label_column, self.speaker_column, self.split_column = label_column, speaker_column, split_column
+        self.train_fraction = float(train_fraction)
+        self.sample_rate = int(sample_rate)
+        self.win = ms_to_samples(win_ms, sample_rate)
+        if self.win <= 0:
+            raise ValueError(f"win_ms={win_ms} must be at least one sample")
+        self.synth = dict(synth or {})
+        self.speakers: list[str] = []
+        self.split_method: str | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def manifest_path(self) -> Path:
+        if self.source == "synthetic":
+            return generate_words_corpus(self.data_dir, **self.synth)
+        return Path(self.manifest).expanduser()
+
+    def prepare_data(self) -> None:
+        if self.source == "synthetic":
+            generate_words_corpus(self.data_dir, **self.synth)
+
+    def read_items(self, path: Path) -> list[dict[str, Any]]:
+        """The manifest's clips with ``label``, ``speaker`` (from ``speaker_column``) and ``split``
+        (from ``split_column``) set; ``file:line`` errors."""
+        items = read_clip_manifest(path, self.label_column, self.encoding)
+        for it in items:
+            raw = it["raw"]
+            speaker = raw.get(self.speaker_column) if self.speaker_column else None
+            it["speaker"] = None if is_missing(speaker) else str(speaker).strip()
+            it["split"] = split_name(raw.get(self.split_column), it["where"]) if self.split_column else None
+        return items
+
+    def _split(self, items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        has_split = any(it["split"] is not None for it in items)
+        speaker_id = self.label_column == self.speaker_column
+        has_speakers = all(it["speaker"] is not None for it in items)
+        if has_split:
+            self.split_method = f"given ({self.split_column} column)"
+        elif speaker_id:
+            self.split_method = "clips of each speaker, stratified by label"
+        elif has_speakers:
+            self.split_method = "by speaker (val and test speakers unseen in training)"
+        else:
+            self.split_method = "by clip at random" + (" (some lines have no speaker)" if any(
+                it["speaker"] for it in items) else "")
+        return split(items, self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
+                     group=None if speaker_id or not has_speakers else (lambda it: it["speaker"]),
+                     stratify=(lambda it: it["label"]) if speaker_id else None,
+                     where=lambda it: it["where"], what="clips")
+
+    def _subsample_train(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.train_fraction >= 1.0 or not items:
+            return items
+        # stratified: each label keeps its share (test_fraction = 1 - train_fraction)
+        idx = split_indices(len(items), 0.0, 1.0 - self.train_fraction, self.seed,
+                            strata=[it["label"] for it in items])
+        kept = [items[i] for i in sorted(idx["train"])]
+        log.info("train_fraction=%.3f: %d of %d training clips", self.train_fraction, len(kept), len(items))
+        return kept
+
+    def _drop_short(self, name: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kept, short = [], []
+        for it in items:
+            try:
+                info = sf.info(it["path"])
+            except Exception as err:  # LibsndfileError / RuntimeError
+                raise ValueError(f"{it['where']}: cannot read audio file {it['path']}: {err}") from err
+            if int(np.ceil(info.frames * self.sample_rate / info.samplerate)) < self.win:
+                short.append(it["where"])
+            else:
+                kept.append(it)
+        if short:
+            log.warning("skipped %d %s clip(s) shorter than one %d-sample window: %s%s", len(short), name, self.win,
+                        short[:5], " ..." if len(short) > 5 else "")
+        return kept
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        path = self.manifest_path()
+        splits = self._split(self.read_items(path))
+        splits["train"] = self._subsample_train(splits["train"])
+        splits = self.cap({name: self._drop_short(name, items) for name, items in splits.items()})
+        if not splits["train"]:
+            raise ValueError(f"{path}: no training clips")
+        try:
+            self.set_labels({name: [(it["label"], it["where"]) for it in items] for name, items in splits.items()},
+                            source=str(path))
+        except ValueError as err:
+            if self.label_column == self.speaker_column and self.split_method.startswith("given"):
+                raise ValueError(f"{err}. Speaker identification needs every speaker in training: set "
+                                 f"data.split_column=null to split each speaker's clips instead") from None
+            raise
+        self.speakers = sorted({it["speaker"] for items in splits.values() for it in items if it["speaker"]})
+        for name, items in splits.items():
+            if not items:
+                log.warning("the %s split of %s is empty", name, path)
+            self.datasets[name] = ClipDataset(items, self._labels, self.sample_rate, self.speakers)
+        sizes = {n: len(d) for n, d in self.datasets.items()}
+        counts = Counter(it["label"] for it in splits["train"])
+        log.info("clips from %s (split %s): %s, %d classes, %d speakers; training clips per class %d..%d", path,
+                 self.split_method, sizes, len(self._labels), len(self.speakers), min(counts.values()),
+                 max(counts.values()))
+
+    def spec(self) -> DataSpec:
+        """The label set and the speakers (test accuracy per speaker)."""
+        return DataSpec(num_outputs=self.num_classes, labels=self.label_names,
+                        groups={GROUP: self.speakers} if self.speakers else {})
+
+    # -- predict protocol -----------------------------------------------------------------
+    def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
+        """Batches of unlabelled clips: an audio file, a folder of audio files (recursive) or a
+        manifest (labels ignored). Batches: ``waveform [B, T]``, ``lengths [B]``, ``ids``. Needs no
+        ``setup()``."""
+        if batch_size is not None and batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        bad: list[tuple[str, str]] = []
+        items = read_audio_list(source, self.encoding, skipped=bad if self.on_error == "skip" else None)
+        self.record_skipped(bad)
+        dataset = AudioFileDataset(items, self.sample_rate, self.win)
+        return self.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"], collate=collate_clips)
+
+    def describe(self, batch: Mapping[str, Any]) -> list[Item]:
+        """Per clip: its id and ``duration_s`` (rows add ``label``, ``prob`` and ``probs``)."""
+        return [Item(id=ident, fields={"duration_s": round(n / self.sample_rate, 5)})
+                for ident, n in zip(batch["ids"], batch["lengths"].tolist())]

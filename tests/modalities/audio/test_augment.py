@@ -1,0 +1,140 @@
+"""Training-only augmentation in the audio adapter: crop, shift, noise at an SNR, SpecAugment masks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqattn.modalities.audio.adapter import AudioAdapter
+from seqattn.modalities.audio.augment import AugmentedAudioAdapter, SpecAugment, WaveAugment
+
+ALL = dict(crop=0.8, shift_ms=50, noise_p=1.0, snr_db=(5, 20), time_masks=2, time_mask_frames=8, freq_masks=2,
+           freq_mask_bins=6)
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([16000, 9000, 4000])
+    wave = torch.randn(3, 16000, generator=g) * 0.1
+    wave[torch.arange(16000)[None] >= lengths[:, None]] = 0.0
+    return wave, lengths
+
+
+def test_eval_mode_is_exactly_the_plain_adapter():
+    torch.manual_seed(0)
+    plain = AudioAdapter(16)
+    augmented = AugmentedAudioAdapter(16, **ALL)
+    augmented.load_state_dict(plain.state_dict())  # same parameters, same keys
+    assert set(augmented.state_dict()) == set(plain.state_dict())
+    wave, lengths = _batch()
+    augmented.eval()
+    a, b = augmented(wave, lengths), plain(wave, lengths)
+    torch.testing.assert_close(a.x, b.x, rtol=0, atol=0)
+    assert torch.equal(a.mask, b.mask)
+    augmented.train()
+    trained = augmented(wave, lengths)
+    assert not torch.allclose(trained.x[:, : a.x.shape[1]][trained.mask[:, : a.x.shape[1]]],
+                              a.x[trained.mask[:, : a.x.shape[1]]])
+    # off by config: training mode computes the plain features too
+    off = AugmentedAudioAdapter(16).train()
+    off.load_state_dict(plain.state_dict())
+    torch.testing.assert_close(off(wave, lengths).x, plain(wave, lengths).x, rtol=0, atol=0)
+
+
+def test_crop_keeps_a_contiguous_share_and_padding_stays_zero():
+    wave = torch.arange(1, 16001, dtype=torch.float32).repeat(3, 1)
+    lengths = torch.tensor([16000, 9000, 4000])
+    wave[torch.arange(16000)[None] >= lengths[:, None]] = 0.0
+    out, new = WaveAugment(16000, crop=0.5)(wave, lengths)
+    assert out.shape == wave.shape and bool((new >= (0.5 * lengths).long()).all()) and bool((new <= lengths).all())
+    for i in range(3):
+        n = int(new[i])
+        kept = out[i, :n]
+        assert torch.equal(kept[1:] - kept[:-1], torch.ones(n - 1))  # contiguous samples of the clip
+        assert 1 <= float(kept[0]) and float(kept[-1]) <= float(lengths[i])  # from inside the clip
+        assert not out[i, n:].any()
+
+
+def test_shift_rotates_each_clip_within_its_length():
+    wave = torch.arange(1, 1001, dtype=torch.float32).repeat(2, 1)
+    lengths = torch.tensor([1000, 600])
+    wave[1, 600:] = 0.0
+    out, new = WaveAugment(16000, shift_ms=20)(wave, lengths)  # up to 320 samples
+    assert torch.equal(new, lengths)
+    for i in range(2):
+        n = int(lengths[i])
+        assert sorted(out[i, :n].tolist()) == wave[i, :n].tolist()  # a permutation ...
+        offset = int(torch.nonzero(out[i, :n] == 1).item())
+        assert torch.equal(out[i, :n], wave[i, :n].roll(offset))  # ... that is a rotation
+        assert not out[i, n:].any()
+
+
+def test_noise_is_added_at_the_asked_snr_inside_each_clip():
+    wave, lengths = _batch()
+    out, _ = WaveAugment(16000, noise_p=1.0, snr_db=(20.0, 20.0))(wave, lengths)
+    for i, n in enumerate(lengths.tolist()):
+        noise = out[i, :n] - wave[i, :n]
+        snr = 10 * torch.log10(wave[i, :n].pow(2).sum() / noise.pow(2).sum())
+        assert float(snr) == pytest.approx(20.0, abs=1e-3)
+        assert not out[i, n:].any()
+    same, _ = WaveAugment(16000, noise_p=0.0)(wave, lengths)
+    assert torch.equal(same, wave)
+
+
+def test_spec_augment_masks_bands_and_frames_with_zeros():
+    feats = torch.ones(4, 50, 40)
+    mask = torch.ones(4, 50, dtype=torch.bool)
+    mask[1, 30:] = False
+    feats[1, 30:] = 0.0
+    out = SpecAugment(time_masks=0, freq_masks=1, freq_mask_bins=10)(feats, mask)
+    zero_bins = (out[0] == 0).all(0)  # [C]: whole frequency bands
+    assert int(zero_bins.sum()) == int((out[0] == 0).sum()) // 50 <= 10
+    out = SpecAugment(time_masks=1, time_mask_frames=10, freq_masks=0, time_mask_p=1.0)(feats, mask)
+    zero_frames = (out[0] == 0).all(-1)  # [F]: whole frames
+    assert int(zero_frames.sum()) * 40 == int((out[0] == 0).sum()) and int(zero_frames.sum()) <= 10
+    assert not out[1, 30:].any()
+
+
+def test_arguments_are_checked():
+    for bad in (dict(crop=0.0), dict(shift_ms=-1), dict(noise_p=2.0), dict(snr_db=(30, 10))):
+        with pytest.raises(ValueError):
+            WaveAugment(16000, **bad)
+    with pytest.raises(ValueError, match="time_masks"):
+        SpecAugment(time_masks=-1)
+
+
+def test_a_distillation_teacher_is_shown_the_students_augmented_clips():
+    from seqattn.core import Encoder
+    from seqattn.model.heads import PooledHead
+    from seqattn.model.network import SequenceModel
+    from seqattn.objectives import SequenceClassification
+    from seqattn.objectives.distill import Distillation
+
+    class Recorder(torch.nn.Module):
+        """A teacher that remembers the waveforms it was given."""
+
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(1, 3)
+            self.seen = []
+
+        def forward(self, batch):
+            self.seen.append(batch["waveform"].clone())
+            return {"logits": torch.zeros(batch["waveform"].shape[0], 3)}
+
+    torch.manual_seed(0)
+    net = SequenceModel(AugmentedAudioAdapter(16, noise_p=1.0, shift_ms=20), Encoder(16, depth=1, heads=2),
+                        PooledHead(16, 3))
+    student = SequenceClassification(net=net, labels=["a", "b", "c"])
+    teacher = Recorder()
+    teacher.head.num_outputs = 3
+    student.set_distillation(Distillation(teacher, 2.0, 0.5))
+    wave, lengths = _batch()
+    batch = {"waveform": wave, "lengths": lengths, "labels": torch.tensor([0, 1, 2])}
+    student.train()
+    student.loss(student(batch), batch)
+    (seen,) = teacher.seen
+    assert torch.equal(seen, net.adapter.augmented_inputs["waveform"]) and not torch.equal(seen, wave)
+    student.eval()  # evaluation: no teacher, no augmentation
+    student.loss(student(batch), batch)
+    assert len(teacher.seen) == 1

@@ -1,0 +1,155 @@
+"""`python -m seqattn.run task=speech_cls`: trains on the built-in words or a user's manifest, reports
+per-speaker accuracy and a confusion matrix, predicts clips, distils from a teacher checkpoint."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from hydra.utils import instantiate
+
+import seqattn
+from seqattn.modalities.audio.manifest import read_clip_manifest
+from seqattn.modalities.audio.words import generate_words_corpus
+from seqattn.run import train
+from seqattn.training.checkpoint import read_checkpoint
+from tests.workflows import QUIET, TASKS, compose, tiny_run, workflow_data_dir  # noqa: F401
+
+TINY = TASKS["speech_cls"].overrides + QUIET
+WORDS_ = ["kasu", "tami", "puni", "shafi"]  # the tiny run's words
+
+
+def test_default_config_composes_cls_pooling_and_augmentation(compose_cfg):
+    cfg = compose_cfg(["task=speech_cls"])
+    assert cfg.data._target_.endswith("ClipDataModule") and cfg.head.pooling == "cls"
+    assert cfg.adapter._target_.endswith("AugmentedAudioAdapter") and cfg.adapter.win_ms == cfg.data.win_ms
+    assert cfg.objective._target_.endswith("SequenceClassification") and cfg.distill.teacher is None
+    cnn = compose_cfg(["task=speech_cls", "model=logmel_cnn", "head.pooling=mean"])
+    assert cnn.net.encoder._target_ == "seqattn.model.baselines.SpectrogramCNN"
+
+
+def test_tiny_run_learns_and_reports_per_speaker_accuracy(tiny_run):
+    run = tiny_run("speech_cls")
+    metrics = json.loads((run.output_dir / "metrics.json").read_text())
+    assert metrics["labels"] == sorted(WORDS_)
+    assert metrics["test/acc"] > 0.5  # chance is 1/4
+    (speaker, acc), = metrics["acc_per_speaker"].items()  # one test speaker, unseen in training
+    assert acc == pytest.approx(metrics["test/acc"], abs=1e-5) and metrics["count_per_speaker"][speaker] == 12
+    assert metrics["test/acc_speaker_worst"] == pytest.approx(acc, abs=1e-5)
+    assert np.asarray(metrics["confusion_matrix"]).sum() == 12
+
+
+def test_figures_are_written_with_the_class_names(tiny_run, tmp_path):
+    from seqattn.modalities.audio.viz import plot_clip_classification
+
+    run = tiny_run("speech_cls")
+    model = seqattn.load(run.best).model
+    datamodule = instantiate(run.cfg.data)
+    path = plot_clip_classification(model, datamodule, tmp_path)
+    assert path == tmp_path / "confusion_matrix.png" and path.stat().st_size > 10_000
+    assert (tmp_path / "test_clip.png").stat().st_size > 10_000
+
+
+def test_predict_one_clip_gives_its_label_and_every_class_probability(tiny_run, tmp_path):
+    run = tiny_run("speech_cls")
+    folder = TASKS["speech_cls"].predict_inputs(run.cfg, tmp_path / "clips")
+    clip = sorted(folder.iterdir())[0]
+    rows = seqattn.load(run.best).predict(str(clip))
+    (row,) = rows
+    assert row["id"] == clip.stem and row["label"] in WORDS_ and set(row["probs"]) == set(WORDS_)
+    assert sum(row["probs"].values()) == pytest.approx(1.0, abs=1e-4)
+    assert row["prob"] == pytest.approx(max(row["probs"].values())) and row["probs"][row["label"]] == row["prob"]
+    assert row["duration_s"] == pytest.approx(sf.info(clip).duration, abs=1e-4)
+    assert len(seqattn.load(run.best).predict(folder)) == 5
+
+
+def _manifest(cfg, path: Path, split: bool = False, **synth) -> Path:
+    """The tiny built-in corpus (``synth`` overrides its parameters) as a user's CSV manifest."""
+    corpus = generate_words_corpus(cfg.data.data_dir, **{**cfg.data.synth, **synth})
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "word", "speaker"] + (["split"] if split else []))
+        for it in read_clip_manifest(corpus):
+            writer.writerow([it["path"], it["label"], it["speaker"]] + ([it["split"]] if split else []))
+    return path
+
+
+def test_speaker_identification_from_a_user_manifest(tiny_run, tmp_path, workflow_data_dir):
+    base = tiny_run("speech_cls")
+    # 4 speakers x 4 words x 8 clips; no split column: each speaker's clips are split, stratified
+    manifest = _manifest(base.cfg, tmp_path / "clips.csv", n_train_speakers=4, n_val_speakers=0, n_test_speakers=0,
+                         clips_per_word={"train": 8})
+    cfg = compose(TINY + [f"data.manifest={manifest}", "data.label_column=speaker", "head.pooling=mean",
+                          "trainer.max_epochs=20", "adapter.noise_p=0", "data.val_fraction=0.2",
+                          "data.test_fraction=0.2"], tmp_path / "spk", workflow_data_dir)
+    metrics = train(cfg)
+    speakers = sorted({it["speaker"] for it in read_clip_manifest(manifest, "word")})
+    assert metrics["labels"] == speakers == ["spk00", "spk01", "spk02", "spk03"]
+    assert sorted(metrics["acc_per_speaker"]) == speakers and sum(metrics["count_per_speaker"].values()) == 24
+    print("speaker identification test accuracy", metrics["test/acc"])
+    assert metrics["test/acc"] > 0.5  # chance: 1 / 4
+    for speaker in speakers:  # for speaker identification, the accuracy per speaker is its class accuracy
+        assert metrics["acc_per_speaker"][speaker] == pytest.approx(metrics[f"test/acc_{speaker}"], abs=1e-5)
+
+
+def test_bad_manifests_stop_the_run_with_file_and_line(tiny_run, tmp_path, workflow_data_dir):
+    base = tiny_run("speech_cls")
+    good = _manifest(base.cfg, tmp_path / "clips.csv", split=True)
+    lines = good.read_text().splitlines()
+    (tmp_path / "missing.csv").write_text("\n".join(lines[:3] + ["nowhere.wav,kasu,spk00,train"] + lines[3:]) + "\n")
+    test_line = next(i for i, line in enumerate(lines) if line.endswith(",test"))
+    fields = lines[test_line].split(",")
+    fields[1] = "kasux"  # a word no training clip has
+    unseen = lines[:test_line] + [",".join(fields)] + lines[test_line + 1:]
+    (tmp_path / "unseen.csv").write_text("\n".join(unseen) + "\n")
+    cases = {"missing.csv": r"missing\.csv:4: audio file .*nowhere\.wav does not exist",
+             "unseen.csv": rf"unseen\.csv:{test_line + 1}: label 'kasux' in the test split is not in the label set"}
+    for name, message in cases.items():
+        cfg = compose(TINY + [f"data.manifest={tmp_path / name}", "data.label_column=word"], tmp_path / f"run_{name}",
+                      workflow_data_dir)
+        with pytest.raises(ValueError, match=message):
+            train(cfg)
+
+
+def test_distillation_from_a_teacher_checkpoint_trains_a_cnn_student(tiny_run, tmp_path, workflow_data_dir):
+    teacher = tiny_run("speech_cls")
+    no_model = [o for o in TINY if not o.startswith("model.")]
+    cfg = compose(no_model + ["model=logmel_cnn", "model.dim=32", "model.channels=[4,8]", "model.dilations=[1,2]",
+                          "head.pooling=mean", "trainer.max_epochs=2", f"distill.teacher={teacher.best}",
+                          "distill.temperature=3", "distill.alpha=0.7"], tmp_path / "student", workflow_data_dir)
+    metrics = train(cfg)
+    assert metrics["distill"]["teacher"] == str(teacher.best) and metrics["distill"]["temperature"] == 3.0
+    with open(tmp_path / "student" / "csv" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/loss_kd")]
+    assert rows and all(float(r["train/loss_kd"]) >= 0 for r in rows)
+    student = read_checkpoint(tmp_path / "student" / "checkpoints" / "best.ckpt")
+    assert not any("teacher" in k for k in student["state_dict"])  # the student stands alone
+    assert seqattn.load(tmp_path / "student" / "checkpoints" / "best.ckpt").model.distillation is None
+    # a teacher with another label set is refused before training
+    other = compose(TINY + ["data.synth.words=[kasu,suka,tami,puni]", f"distill.teacher={teacher.best}"],
+                    tmp_path / "other", workflow_data_dir)
+    with pytest.raises(ValueError, match="same label set"):
+        train(other)
+
+
+@pytest.mark.slow
+def test_distillation_into_a_frame_labeling_student(tiny_run, tmp_path, workflow_data_dir):
+    teacher = tiny_run("speech")
+    cfg = compose(TASKS["speech"].overrides + QUIET + ["model.dim=32", "model.depth=1", "trainer.max_epochs=2",
+                                                       f"distill.teacher={teacher.best}"],
+                  tmp_path / "student", workflow_data_dir)
+    metrics = train(cfg)
+    assert metrics["distill"]["alpha"] == 0.5 and metrics["test/acc"] > 0.2
+
+
+def test_distill_is_refused_by_objectives_without_it(tiny_run):
+    from seqattn.training.distill import apply_distill
+
+    assert apply_distill(torch.nn.Linear(2, 2), {"distill": {"teacher": None}}) is None
+    with pytest.raises(ValueError, match="Linear has no distillation"):
+        apply_distill(torch.nn.Linear(2, 2), {"distill": {"teacher": str(tiny_run("speech_cls").best)}})
