@@ -17,7 +17,7 @@ from torch import nn
 
 from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.checks import tracing
-from seqattn.core.plan import plan_attention
+from seqattn.core.plan import PATHS, plan_attention
 from seqattn.core.planning import check_graph_path
 from seqattn.core.positional import build_positional
 from seqattn.core.tokens import Tokens
@@ -121,6 +121,7 @@ class Encoder(nn.Module):
         max_dense_bytes: int = 2**30,
         dense_min_fill: float = 0.15,
         flex_attention: bool = False,
+        attention_path: str | None = None,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -133,6 +134,9 @@ class Encoder(nn.Module):
         self.graph_path = check_graph_path(graph_path)
         self.max_dense_bytes, self.dense_min_fill = int(max_dense_bytes), float(dense_min_fill)
         self.flex_attention = bool(flex_attention)
+        if attention_path is not None and attention_path not in PATHS:
+            raise ValueError(f"attention_path {attention_path!r} is not one of {PATHS} (or None = planned)")
+        self.attention_path = attention_path
         self.last_graph_path: str | None = None  # the path the last graph batch took (inspection, benchmarks)
         self.last_plan: dict | None = None  # AttentionPlan.describe() of the last forward
         head_dim = (dim if dim_k is None else dim_k) // heads
@@ -200,7 +204,8 @@ class Encoder(nn.Module):
             attn_mask=attn_mask, window=window, grid=structure.get("grid"), grid_window=structure.get("grid_window"),
             causal=bool(structure.get("causal", False)), num_global=int(structure.get("num_global", 0)),
             edge_index=edge_index, edge_bias=edge_bias, graph_path=requested or self.graph_path,
-            max_dense_bytes=self.max_dense_bytes, dense_min_fill=self.dense_min_fill, flex=self.flex_attention)
+            max_dense_bytes=self.max_dense_bytes, dense_min_fill=self.dense_min_fill, flex=self.flex_attention,
+            path=self.attention_path)
         if not tracing():
             self.last_plan = plan.describe()
             if plan.graph_path is not None:
