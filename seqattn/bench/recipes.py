@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved repetitions")
     parser.add_argument("--work-dir", default="outputs/bench_recipes", help="run directories go here")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="instead of whole runs: N training steps (forward, backward, optimizer) of each "
+                             "recipe's network on its first training batches, CPU time per step, variants "
+                             "interleaved in one process (precision variants only)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for --steps")
     parser.add_argument("--out", metavar="FILE.md")
     parser.add_argument("--json", metavar="FILE")
 
@@ -113,6 +118,89 @@ def format_table(results: list[dict[str, Any]], variants: list[str]) -> str:
     return "\n".join(lines)
 
 
+STEP_VARIANT_KEYS = ("matmul_precision", "trainer.precision")
+
+
+def _step_setting(overrides: list[str]) -> tuple[str, bool]:
+    """(matmul precision, bf16 autocast) of a variant's overrides; anything else is refused."""
+    precision, autocast = "highest", False
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key == "matmul_precision":
+            precision = value
+        elif key == "trainer.precision":
+            autocast = value.startswith("bf16")
+        else:
+            raise SystemExit(f"--steps measures precision variants only ({', '.join(STEP_VARIANT_KEYS)}), got {o!r}")
+    return precision, autocast
+
+
+def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tuple[str, list[str]]]
+                  ) -> list[dict[str, Any]]:
+    """CPU time per training step of each recipe's network, each variant, interleaved."""
+    import torch
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf, open_dict
+
+    from seqattn.run import CONFIG_DIR, build_objective
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = []
+    for task in tasks:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=[f"task={task}", *args.overrides])
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(Path(args.work_dir).resolve() / task)
+        torch.manual_seed(0)
+        datamodule = instantiate(cfg.data)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        model = build_objective(cfg, datamodule)
+        model.log = lambda *a, **k: None  # no trainer here
+        batches = [b for _, b in zip(range(4), datamodule.train_dataloader())]
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        times: dict[str, list[float]] = {name: [] for name, _ in variants}
+        settings = {name: _step_setting(ov) for name, ov in variants}
+
+        def step(name: str, batch) -> None:
+            precision, autocast = settings[name]
+            torch.set_float32_matmul_precision(precision)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model.training_step(batch, 0)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        model.train()
+        for name, _ in variants:  # warm-up
+            step(name, batches[0])
+        for i in range(args.steps):
+            for name, _ in variants:
+                batch = batches[i % len(batches)]
+                start = time.process_time()
+                step(name, batch)
+                times[name].append(time.process_time() - start)
+        torch.set_float32_matmul_precision("highest")
+        for name, _ in variants:
+            results.append({"task": task, "variant": name, "status": "ok", "step_ms": statistics.median(times[name]) * 1e3,
+                            "steps_ms": [t * 1e3 for t in times[name]], "threads": torch.get_num_threads()})
+            print(f"[{task} {name}] {results[-1]['step_ms']:.1f} ms CPU per step", flush=True)
+    return results
+
+
+def format_steps(results: list[dict[str, Any]], variants: list[str]) -> str:
+    lines = ["| task | " + " | ".join(f"{v} ms" for v in variants) + " | " +
+             " | ".join(f"{v} / {variants[0]}" for v in variants[1:]) + " |",
+             "|---|" + "---:|" * (2 * len(variants) - 1)]
+    for task in dict.fromkeys(r["task"] for r in results):
+        t = {r["variant"]: r["step_ms"] for r in results if r["task"] == task}
+        lines.append(f"| {task} | " + " | ".join(f"{t[v]:.1f}" for v in variants) + " | " +
+                     " | ".join(f"{t[v] / t[variants[0]]:.2f}x" for v in variants[1:]) + " |")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from seqattn.bench.core import write_report
 
@@ -126,6 +214,15 @@ def run(args: argparse.Namespace) -> int:
     command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["recipes"]))
     print(f"$ {command}", flush=True)
     load_before = os.getloadavg()
+    if args.steps:
+        if args.before:
+            raise SystemExit("--steps compares precision variants of this checkout; --before needs whole runs")
+        results = measure_steps(args, tasks, [(n, ov) for n, ov, _ in variants])
+        caption = (f"Training steps (forward, backward, AdamW) of each recipe's network on its first training "
+                   f"batches: median CPU time of {args.steps} steps per variant, variants interleaved in one process.")
+        write_report(args, command, [caption, "", format_steps(results, [v[0] for v in variants])], results, [],
+                     load_before, os.getloadavg())
+        return 0
     results = []
     for round_ in range(args.rounds):
         for task in tasks:
