@@ -184,6 +184,9 @@ def _finite_metrics(metrics: dict[str, Any], reasons: dict[str, str]) -> dict[st
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, test and write the run's artefacts. Returns ``{"test/...": float, ..., "output_dir": str}``."""
     torch.set_float32_matmul_precision(cfg.matmul_precision)
+    threads = cfg.get("cpu_threads")
+    if threads:  # tiny steps: intra-op threads only add synchronisation (each op waits for every thread)
+        torch.set_num_threads(int(threads))
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
     # DDP: every rank runs this function; only rank 0 writes the run's files (Lightning's loggers and

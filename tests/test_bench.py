@@ -26,7 +26,13 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def _parse_table(text: str) -> tuple[list[str], list[list[str]]]:
-    rows = [line for line in text.splitlines() if line.startswith("|")]
+    """The first markdown table of ``text``."""
+    rows: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            rows.append(line)
+        elif rows:
+            break
     split = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
     header, body = split[0], [r for r in split[2:]]
     return header, body
@@ -36,7 +42,7 @@ def test_core_suite_tiny(tmp_path):
     out, js = tmp_path / "core.md", tmp_path / "core.json"
     proc = _run(
         "core", "--lengths", ",".join(map(str, LENGTHS)), "--batch", "2", "--dim", "32", "--heads", "2",
-        "--repeats", "1", "--out", str(out), "--json", str(js),
+        "--repeats", "1", "--cells", "none", "--out", str(out), "--json", str(js),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("\n[") >= len(LENGTHS) * len(IMPLS)  # a progress line per cell
@@ -54,6 +60,30 @@ def test_core_suite_tiny(tmp_path):
     data = json.loads(js.read_text())
     assert {(c["impl"], c["length"]) for c in data["cells"]} == {(i, L) for i in IMPLS for L in LENGTHS}
     assert all(c["status"] == "ok" and c["time_ms"] > 0 and c["repeats"] == 1 for c in data["cells"])
+
+
+def test_core_suite_structure_cells_tiny(tmp_path):
+    """The structured cells (window / varlen / graph_bias / weights) at tiny sizes: a row per cell and
+    implementation, the planned path named, one target line per cell, the matmul peak and backends."""
+    js = tmp_path / "core.json"
+    proc = _run("core", "--lengths", "16", "--batch", "2", "--dim", "32", "--heads", "2", "--impls", "seqattn_sdpa",
+                "--repeats", "1", "--threads", "1", "--cell-sizes", "tiny", "--json", str(js), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Matmul peak of this CPU" in proc.stdout and "GFLOP/s (% peak), backend" in proc.stdout
+    cells = [c for c in json.loads(js.read_text())["cells"] if "cell" in c]
+    assert {(c["cell"], c["impl"]) for c in cells} == {
+        ("window", "sdpa_mask"), ("window", "planned"), ("varlen", "sdpa_padded"), ("varlen", "planned"),
+        ("graph_bias", "dense_sdpa"), ("graph_bias", "edge"), ("graph_bias", "planned"),
+        ("weights", "no_weights"), ("weights", "one_layer_weights")}
+    assert all(c["status"] == "ok" and c["time_ms"] > 0 for c in cells)
+    paths = {(c["cell"], c["impl"]): c.get("path") for c in cells}
+    assert paths[("window", "planned")] == "band" and paths[("varlen", "planned")] == "varlen"
+    assert {c["backend"] for c in cells if c["cell"] == "window"} == {"flash"}
+    assert paths[("graph_bias", "dense_sdpa")] == "dense" and next(
+        c["backend"] for c in cells if c["impl"] == "dense_sdpa") == "math"  # the float bias with grad: math path
+    for name in ("window ±8", "lengths 8..160", "graph attention with learned biases",
+                 "training with weights for the plotted layer"):
+        assert f"target {name}" in proc.stdout
 
 
 def test_unknown_suite_names_known_ones():

@@ -6,6 +6,8 @@ Each suite is a module with ``add_arguments(parser)`` and ``run(args) -> exit co
   time and peak memory over sequence lengths;
 - ``real`` (:mod:`seqattn.bench.real`): every recipe on real public data through the command a user
   types, against a reference model from a well-kept library on the same split;
+- ``recipes`` (:mod:`seqattn.bench.recipes`): every recipe's wall time and test metrics, variants
+  (precision switches, another revision) interleaved side by side;
 - one suite per modality that has a ``bench`` module (``seqattn/modalities/<m>/bench.py``), named
   after the modality and found at run time: ``image`` (training throughput, pixels vs patches,
   sdpa vs math), ``graph`` (the edge kernel vs PyG ``TransformerConv``, dense vs edge on molecule
@@ -28,7 +30,7 @@ import seqattn.modalities
 
 def _suites() -> dict[str, str]:
     """suite name -> module: the core suite, then every modality's ``bench`` module."""
-    suites = {"core": "seqattn.bench.core", "real": "seqattn.bench.real"}
+    suites = {"core": "seqattn.bench.core", "real": "seqattn.bench.real", "recipes": "seqattn.bench.recipes"}
     for info in sorted(pkgutil.iter_modules(seqattn.modalities.__path__), key=lambda m: m.name):
         name = f"seqattn.modalities.{info.name}.bench"
         if info.ispkg and importlib.util.find_spec(name) is not None:

@@ -57,6 +57,7 @@ import traceback
 from typing import Any, Callable
 
 IMPLS = ("naive", "torch_mha", "seqattn_sdpa", "seqattn_linear")
+STRUCTURE_CELLS = ("window", "varlen", "graph_bias", "weights")  # seqattn.bench.structure.CELLS
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096)
 WARMUP_LENGTH = 16
 MIB = 2**20
@@ -152,12 +153,16 @@ def _ru_maxrss_bytes() -> int:
 
 
 def measure_cell(
-    impl: str, length: int, batch: int, dim: int, heads: int, repeats: int | None = None, budget: float = 3.0
+    impl: str, length: int, batch: int, dim: int, heads: int, repeats: int | None = None, budget: float = 3.0,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Peak RSS growth and median fwd+bwd time of one (impl, L). Call it in a fresh process."""
     import gc
 
     import torch
+
+    if threads:
+        torch.set_num_threads(threads)
 
     torch.manual_seed(0)
     layer, call = build_impl(impl, dim, heads)
@@ -189,7 +194,11 @@ def measure_cell(
         peak, source = hwm, "VmHWM"  # ru_maxrss still shows the high-water mark inherited from the parent
     n = repeats if repeats else max(1, min(20, int(budget / max(first, 1e-6))))
     times = [step(x) for _ in range(n)]
+    from seqattn.bench.structure import sdpa_backends
+
+    backend = sdpa_backends(lambda: step(x))
     return {
+        "backend": backend,
         "status": "ok",
         "time_ms": statistics.median(times) * 1e3,
         "times_ms": [t * 1e3 for t in times],
@@ -226,7 +235,7 @@ def _context() -> Any:
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
         # preload torch (not __main__): each cell is a fork of a process that only imported these
-        _CTX.set_forkserver_preload(["torch", "seqattn.core.attention"])
+        _CTX.set_forkserver_preload(["torch", "seqattn.core.attention", "seqattn.bench.structure"])
     return _CTX
 
 
@@ -281,6 +290,14 @@ def _impls(text: str) -> list[str]:
     return values
 
 
+def _cells(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip() and v.strip() != "none"]
+    bad = [v for v in values if v not in STRUCTURE_CELLS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown cell(s) {bad}; choose from {', '.join(STRUCTURE_CELLS)} or none")
+    return values
+
+
 def add_core_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", type=_ints, default=list(DEFAULT_LENGTHS), help="comma-separated L values")
     parser.add_argument("--batch", type=int, default=8)
@@ -291,6 +308,12 @@ def add_core_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of timed steps per cell when adaptive")
     parser.add_argument("--max-gb", type=float, default=20.0, help="skip cells estimated to need more")
     parser.add_argument("--cell-timeout", type=float, default=900.0, help="seconds before a cell is abandoned")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads in every cell (default: torch's; 1 on a shared machine)")
+    parser.add_argument("--cells", type=_cells, default=list(STRUCTURE_CELLS),
+                        help=f"structured-attention cells, comma-separated from {','.join(STRUCTURE_CELLS)}, or none")
+    parser.add_argument("--cell-sizes", choices=("full", "tiny"), default="full",
+                        help="tiny: a few tokens per structured cell (tests)")
     parser.add_argument("--out", metavar="FILE.md", help="also write caption, table and targets here")
     parser.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
 
@@ -320,6 +343,7 @@ def measure_core(args: argparse.Namespace, log: Callable[[str], None] = print) -
                         heads=args.heads,
                         repeats=args.repeats,
                         budget=args.budget,
+                        threads=getattr(args, "threads", None),
                     )
                 )
                 cell["wall_s"] = time.perf_counter() - start
@@ -447,14 +471,77 @@ def run_core(args: argparse.Namespace) -> int:
     command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["core"]))
     print(f"$ {command}", flush=True)
     load_before = os.getloadavg()
+    from seqattn.bench import structure
+
+    peak = run_cell_isolated(args.cell_timeout, entry=structure.matmul_entry, threads=args.threads)
+    peak_fp32 = peak.get("fp32") if peak.get("status") == "ok" else None
+    if peak_fp32:
+        print(f"matmul peak: {peak_fp32:.0f} GFLOP/s fp32, {peak['bf16']:.0f} GFLOP/s bf16 "
+              f"(torch.matmul 2048³, {peak['threads']} threads)", flush=True)
     cells = measure_core(args, log=lambda line: print(line, flush=True))
+    extra = measure_structure(args, log=lambda line: print(line, flush=True))
     load_after = os.getloadavg()
     threads = next((c["threads"] for c in cells if c["status"] == "ok"), None)
     caption = core_caption(args, threads)
     table = format_core_table(cells, args.impls, args.lengths)
     targets = core_targets(cells)
-    write_report(args, command, [caption, "", table, "", *targets], cells, targets, load_before, load_after)
+    lines = [caption, "", table, ""]
+    if peak_fp32:
+        lines += [f"Matmul peak of this CPU, measured in this run: {peak_fp32:.0f} GFLOP/s fp32, {peak['bf16']:.0f} "
+                  f"GFLOP/s bf16 (torch.matmul 2048³, {peak['threads']} threads). Attained attention GFLOP/s "
+                  "(fwd+bwd = 14·B·H·L·S·d, projections not counted) and the SDPA backend that ran:", "",
+                  format_gflops_table(cells, args, peak_fp32), ""]
+    if extra:
+        s_lines, s_targets = structure.format_structure(extra, peak_fp32)
+        lines += ["Structured attention, today's dense-mask path vs the planned kernel (fwd+bwd; "
+                  "`python -m seqattn.bench core`, see `seqattn/bench/structure.py`):", "", *s_lines, ""]
+        targets += s_targets
+    write_report(args, command, [*lines, *targets], cells + extra, targets, load_before, load_after)
     return 0
+
+
+def measure_structure(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """The ``--cells`` (seqattn.bench.structure), each (config, impl) in its own process."""
+    from seqattn.bench import structure
+
+    results = []
+    for cell in getattr(args, "cells", []):
+        for cfg in structure.sizes(cell, getattr(args, "cell_sizes", "full") == "tiny"):
+            for impl in structure.IMPLS[cell]:
+                start = time.perf_counter()
+                result = run_cell_isolated(args.cell_timeout, entry=structure.structure_entry, cell=cell, impl=impl,
+                                           cfg=cfg, repeats=args.repeats, budget=args.budget,
+                                           threads=args.threads)
+                result.update(cell=cell, impl=impl, config=structure.describe_config(cell, cfg),
+                              wall_s=time.perf_counter() - start)
+                results.append(result)
+                detail = (f"{result['time_ms']:.1f} ms, peak +{result['peak_mb']:.1f} MB, path {result.get('path', '-')}, "
+                          f"backend {result.get('backend')}" if result["status"] == "ok"
+                          else f"{result['status']}: {result.get('error', '')}")
+                log(f"[{cell}] {result['config']:>28} {impl:>18} {detail}")
+    return results
+
+
+def format_gflops_table(cells: list[dict[str, Any]], args: argparse.Namespace, peak: float) -> str:
+    """A row per L: attained attention GFLOP/s (% of the matmul peak) and SDPA backend per impl."""
+    table = _lookup(cells)
+    head_dim = args.dim // args.heads
+    header = ["L"] + [f"{impl} GFLOP/s (% peak), backend" for impl in args.impls]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    for length in args.lengths:
+        row = [str(length)]
+        for impl in args.impls:
+            c = table.get((impl, length))
+            if not c or c["status"] != "ok":
+                row.append("–")
+                continue
+            if impl == "seqattn_linear":
+                row.append(f"– (O(L)), {c.get('backend', '–')}")
+                continue
+            gf = 14.0 * args.batch * args.heads * length * length * head_dim / (c["time_ms"] * 1e-3) / 1e9
+            row.append(f"{gf:.1f} ({100 * gf / peak:.0f}%), {c.get('backend', '–')}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 
 def write_report(args: argparse.Namespace, command: str, lines: list[str], cells: list[dict[str, Any]],

@@ -1,5 +1,9 @@
 """The attention core: kernels -> MultiHeadAttention -> Encoder. Modality-agnostic.
 
+Structure is described (``Tokens``: padding, window, grid window, causal, global tokens, graph
+edges) and planned once per forward onto an exact kernel whose cost follows the allowed pairs
+(:mod:`seqattn.core.plan`: band, varlen, causal, biased, edge, flex; ``math`` the reference).
+
 Mask convention (everywhere): bool ``True`` = real token / may attend; float = additive bias.
 """
 
@@ -22,7 +26,9 @@ from seqattn.core.masks import (
     lengths_to_mask,
     local_window_mask,
     mask_to_edge_index,
+    structure_mask,
 )
+from seqattn.core.plan import PATHS, AttentionPlan, plan_attention
 from seqattn.core.positional import (
     POSITIONALS,
     LearnedPositional,
@@ -34,7 +40,9 @@ from seqattn.core.positional import (
 from seqattn.core.tokens import IGNORE_INDEX, Tokens, prepend_global_token
 
 __all__ = [
+    "AttentionPlan",
     "IGNORE_INDEX",
+    "PATHS",
     "KERNELS",
     "POSITIONALS",
     "Encoder",
@@ -56,9 +64,11 @@ __all__ = [
     "linear_attention_weights",
     "local_window_mask",
     "mask_to_edge_index",
+    "plan_attention",
     "prepend_global_token",
     "math_attention",
     "scaled_dot_product_attention",
     "sdpa_attention",
     "sinusoidal_table",
+    "structure_mask",
 ]

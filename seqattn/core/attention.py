@@ -20,12 +20,15 @@ value projections)::
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from seqattn.core.kernels import check_kernel, scaled_dot_product_attention
 from seqattn.core.masks import build_attention_mask
+from seqattn.core.plan import AttentionPlan
 
 
 class MultiHeadAttention(nn.Module):
@@ -116,6 +119,8 @@ class MultiHeadAttention(nn.Module):
         rotary: nn.Module | None = None,
         kernel: str | None = None,
         edge_attr: torch.Tensor | None = None,
+        plan: AttentionPlan | None = None,
+        attention_items: Sequence[int] | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend.
 
@@ -132,6 +137,12 @@ class MultiHeadAttention(nn.Module):
             edge_attr: per-pair features projected into key / value offsets (needs ``edge_dim``):
                 ``[E, C]`` per edge of ``edge_index`` for ``kernel='edge'``, else dense ``[B, L, S, C]``
                 (zeros where there is no pair).
+            plan: an :class:`~seqattn.core.plan.AttentionPlan` prepared once per forward (the encoder's):
+                it replaces ``mask``, ``attn_mask``, ``edge_index``, ``edge_bias`` and ``kernel``; its
+                padded query rows are zeros, and ``need_weights`` costs one recomputation (or nothing),
+                not the math path.
+            attention_items: with ``plan`` and ``need_weights``: the batch items whose weights are
+                returned (default all).
 
         Returns:
             ``[B, L, D]``, or ``(out [B, L, D], weights [B, H, L, S])`` when ``need_weights``.
@@ -151,14 +162,21 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)  # [B, H, L|S, K|V]
         if rotary is not None:
             q, k = rotary(q, k)
+        if plan is not None:
+            if edge_attr is not None:
+                raise ValueError("edge_attr goes through the explicit graph path, not an attention plan "
+                                 "(the encoder does not plan batches with edge features)")
+            if context is not None:
+                raise ValueError("an attention plan is for self-attention; cross-attention takes masks")
+            out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, None, need_weights,
+                                       attention_items)
+            out = self.out_proj(out.transpose(1, 2).reshape(b, length, self.dim_v))  # [B, L, D]
+            return (out, weights) if need_weights else out
         if mask is not None:
             if mask.dtype != torch.bool:
                 raise ValueError(f"mask must be bool [B, S] (True = real token), got dtype {mask.dtype}")
             if mask.shape != (b, src_len):
                 raise ValueError(f"mask must be [B, S] = ({b}, {src_len}), got {tuple(mask.shape)}")
-            # (not when exporting or tracing: a branch on tensor values would be fixed at the example's)
-            if attn_mask is None and not (torch.compiler.is_exporting() or torch.jit.is_tracing()) and bool(mask.all()):
-                mask = None  # nothing padded: keep the kernel on its mask-free fast path
         if attn_mask is not None and tuple(attn_mask.shape[-2:]) != (length, src_len):
             raise ValueError(f"attn_mask must end in (L, S) = ({length}, {src_len}), got {tuple(attn_mask.shape)}")
         kernel_mask = build_attention_mask(mask, attn_mask)  # None | [B|1, H|1, L|1, S]

@@ -16,7 +16,9 @@ import torch
 from torch import nn
 
 from seqattn.core.attention import MultiHeadAttention
+from seqattn.core.checks import tracing
 from seqattn.core.masks import local_window_mask
+from seqattn.core.plan import PATHS, plan_attention
 from seqattn.core.planning import check_graph_path, choose_graph_path, edge_attr_to_dense, edges_to_dense
 from seqattn.core.positional import build_positional
 from seqattn.core.tokens import Tokens
@@ -89,7 +91,8 @@ class Encoder(nn.Module):
         kernel: ``sdpa`` (default) | ``math`` | ``linear`` | ``edge``.
         positional: ``none`` | ``learned`` | ``sinusoidal`` | ``rotary``.
         max_len: maximum length for ``positional='learned'`` (required there).
-        window: if set, local attention: each token sees only tokens within ±window.
+        window: if set, local attention: each token sees only tokens within ±window (positions after
+            any global tokens; planned as a blocked band kernel, not a dense mask).
         attn_dropout: dropout on attention weights.
         dim_k, dim_v: total q/k and value widths (default D).
         activation: FFN activation, ``gelu`` | ``relu`` | ``silu``.
@@ -124,6 +127,8 @@ class Encoder(nn.Module):
         max_dense_bytes: int = 2**30,
         dense_min_fill: float = 0.15,
         edge_dim: int = 0,
+        flex_attention: bool = False,
+        attention_path: str | None = None,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -135,7 +140,12 @@ class Encoder(nn.Module):
         self.dim, self.window, self.kernel, self.heads = dim, window, kernel, heads
         self.graph_path = check_graph_path(graph_path)
         self.max_dense_bytes, self.dense_min_fill = int(max_dense_bytes), float(dense_min_fill)
+        self.flex_attention = bool(flex_attention)
+        if attention_path is not None and attention_path not in PATHS:
+            raise ValueError(f"attention_path {attention_path!r} is not one of {PATHS} (or None = planned)")
+        self.attention_path = attention_path
         self.last_graph_path: str | None = None  # the path the last graph batch took (inspection, benchmarks)
+        self.last_plan: dict | None = None  # AttentionPlan.describe() of the last forward
         head_dim = (dim if dim_k is None else dim_k) // heads
         self.positional_name = positional
         self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
@@ -151,6 +161,38 @@ class Encoder(nn.Module):
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
 
+    def _edge_feature_structure(self, x, mask, attn_mask, edge_index, edge_bias, edge_attr, requested) -> dict:
+        """The explicit (unplanned) structure of a batch with edge features: ``{"attn_mask", and either
+        the dense ``edge_attr [B, L, L, C]`` or the edge kernel's ``edge_index``, ``edge_bias``,
+        ``edge_attr [E, C]``}``."""
+        batch, length = x.shape[:2]
+        graph: dict = {}
+        if self.kernel in ("sdpa", "math"):  # dense kernels can take a dense plan
+            path = choose_graph_path(batch, length, edge_index.shape[1], self.heads, self.dim,
+                                     requested or self.graph_path, self.max_dense_bytes, self.dense_min_fill,
+                                     x.device, edge_dim=self.edge_dim)
+            self.last_graph_path = path
+            if path == "dense":
+                if attn_mask is not None:
+                    raise ValueError("tokens carry both an attn_mask and an edge_index; give one structure")
+                attn_mask = edges_to_dense(edge_index, edge_bias, batch, length, self.heads, x.dtype)
+                graph["edge_attr"] = edge_attr_to_dense(edge_index, edge_attr, batch, length)  # [B, L, L, C]
+            else:
+                graph.update(edge_index=edge_index, edge_bias=edge_bias, kernel="edge", edge_attr=edge_attr)
+        else:
+            self.last_graph_path = "edge"
+            graph.update(edge_index=edge_index, edge_bias=edge_bias, kernel="edge", edge_attr=edge_attr)
+        if self.window is not None:
+            band = local_window_mask(length, self.window, x.device)  # [L, L]
+            if attn_mask is None:
+                attn_mask = band
+            elif attn_mask.dtype == torch.bool:
+                attn_mask = attn_mask & band
+            else:
+                attn_mask = attn_mask.masked_fill(~band, float("-inf"))
+        graph["attn_mask"] = attn_mask
+        return graph
+
     def forward(
         self,
         x: torch.Tensor | Tokens,
@@ -160,24 +202,35 @@ class Encoder(nn.Module):
         return_attention: bool | list[int] = False,
         edge_bias: torch.Tensor | None = None,
         edge_attr: torch.Tensor | None = None,
+        attention_items: list[int] | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Encode.
 
         Args:
-            x: ``[B, L, D]`` or a :class:`Tokens` (then its mask/attn_mask/edge_index/edge_bias are used).
+            x: ``[B, L, D]`` or a :class:`Tokens` (then its mask, structure description -- window,
+                grid_window, causal, num_global -- attn_mask, edge_index and edge_bias are used).
             mask: ``[B, L]`` bool, True = real token.
             attn_mask: structure ``[L, L]`` / ``[B, L, L]`` / ``[B, H, L, L]`` bool or float bias.
             edge_index: ``[2, E]`` graph edges over flattened ``b * L + l``; planned once per forward
-                into the ``edge`` kernel or a dense mask for the encoder's kernel (``graph_path``).
-            return_attention: ``True`` for every layer's weights, or a list of layer indices.
+                into the ``edge`` kernel or dense blocks (``graph_path``).
+            return_attention: ``True`` for every layer's weights, or a list of layer indices: their
+                exact weights come from the fused kernel's logsumexp or one recomputation (no
+                gradient), so one plotted layer costs one layer, not a slower model.
             edge_bias: ``[E, H]`` additive score per edge and head (with ``edge_index``).
             edge_attr: ``[E, C = edge_dim]`` features per edge (with ``edge_index``), projected by every
                 layer into key and value offsets.
+            attention_items: the batch items whose weights are returned (default all).
+
+        The attention of every layer is planned once per forward (:func:`seqattn.core.plan.plan_attention`):
+        an exact kernel whose cost follows the allowed pairs; ``last_plan`` describes the last one. With
+        ``edge_attr`` the layers take the explicit graph path instead (dense ``[B, L, L, C]`` offsets
+        through the math kernel, or per-edge offsets through the edge kernel), chosen as ``graph_path`` says.
 
         Returns:
-            ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B, H, L, L], ...])``.
+            ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B', H, L, L], ...])``.
         """
         requested = None
+        structure: dict = {}
         if isinstance(x, Tokens):
             tokens = x
             x = tokens.x
@@ -187,6 +240,8 @@ class Encoder(nn.Module):
             edge_bias = tokens.edge_bias if edge_bias is None else edge_bias
             edge_attr = tokens.edge_attr if edge_attr is None else edge_attr
             requested = tokens.graph_path
+            structure = {"window": tokens.window, "grid": tokens.grid, "grid_window": tokens.grid_window,
+                         "causal": tokens.causal, "num_global": tokens.num_global}
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"encoder input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
         batch, length = x.shape[:2]
@@ -196,29 +251,30 @@ class Encoder(nn.Module):
             if not self.edge_dim or edge_attr.dim() != 2 or edge_attr.shape != (edge_index.shape[1], self.edge_dim):
                 raise ValueError(f"edge_attr must be [E={edge_index.shape[1]}, C=edge_dim={self.edge_dim}] (an encoder "
                                  f"with edge_dim > 0 reads it), got {tuple(edge_attr.shape)}")
-        if edge_index is not None and self.kernel in ("sdpa", "math"):  # dense kernels can take a dense plan
-            path = requested or self.graph_path
-            path = choose_graph_path(batch, length, edge_index.shape[1], self.heads, self.dim, path,
-                                     self.max_dense_bytes, self.dense_min_fill, x.device,
-                                     edge_dim=self.edge_dim if edge_attr is not None else 0)
-            self.last_graph_path = path
-            if path == "dense":
-                dense = edges_to_dense(edge_index, edge_bias, batch, length, self.heads, x.dtype)
-                if attn_mask is not None:
-                    raise ValueError("tokens carry both an attn_mask and an edge_index; give one structure")
-                if edge_attr is not None:
-                    edge_attr = edge_attr_to_dense(edge_index, edge_attr, batch, length)  # [B, L, L, C]
-                attn_mask, edge_index, edge_bias = dense, None, None
-        elif edge_index is not None:
-            self.last_graph_path = "edge"
-        if self.window is not None:
-            band = local_window_mask(length, self.window, x.device)  # [L, L]
-            if attn_mask is None:
-                attn_mask = band
-            elif attn_mask.dtype == torch.bool:
-                attn_mask = attn_mask & band
-            else:
-                attn_mask = attn_mask.masked_fill(~band, float("-inf"))
+            if structure.get("window") is not None or structure.get("grid_window") is not None or structure.get("causal"):
+                raise ValueError("edge features (edge_attr) combine with graph structure only, not with a window, "
+                                 "grid window or causal tokens")
+            plan, graph = None, self._edge_feature_structure(x, mask, attn_mask, edge_index, edge_bias, edge_attr,
+                                                             requested)
+            attn_mask = graph.pop("attn_mask")
+        else:
+            window = structure.get("window")
+            if self.window is not None:
+                window = self.window if window is None else min(window, self.window)
+            if edge_index is not None and self.kernel not in ("sdpa", "math", "edge"):
+                raise ValueError(f"graph structure needs kernel sdpa, math or edge, got kernel={self.kernel!r}")
+            plan = plan_attention(
+                batch, length, heads=self.heads, dim=self.dim, device=x.device, kernel=self.kernel, mask=mask,
+                attn_mask=attn_mask, window=window, grid=structure.get("grid"), grid_window=structure.get("grid_window"),
+                causal=bool(structure.get("causal", False)), num_global=int(structure.get("num_global", 0)),
+                edge_index=edge_index, edge_bias=edge_bias, graph_path=requested or self.graph_path,
+                max_dense_bytes=self.max_dense_bytes, dense_min_fill=self.dense_min_fill, flex=self.flex_attention,
+                path=self.attention_path)
+            graph = {"plan": plan, "attention_items": attention_items}
+            if not tracing():
+                self.last_plan = plan.describe()
+                if plan.graph_path is not None:
+                    self.last_graph_path = plan.graph_path
         if self.positional is not None:
             x = self.positional(x)  # [B, L, D]
         if return_attention is True:
@@ -228,11 +284,11 @@ class Encoder(nn.Module):
         else:
             wanted = set()
         weights = []
-        graph = {} if edge_index is None else {"edge_index": edge_index, "edge_bias": edge_bias, "kernel": "edge"}
-        if edge_attr is not None:
-            graph["edge_attr"] = edge_attr  # [E, C] on the edge path, [B, L, L, C] on the dense one
         for i, layer in enumerate(self.layers):
-            out = layer(x, mask, attn_mask, i in wanted, rotary=self.rotary, **graph)
+            if plan is not None:
+                out = layer(x, None, None, i in wanted, rotary=self.rotary, **graph)
+            else:
+                out = layer(x, mask, attn_mask, i in wanted, rotary=self.rotary, **graph)
             if i in wanted:
                 x, w = out
                 weights.append(w)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from seqattn.core.checks import debug_checks
 from seqattn.core.masks import dead_rows, revive_dead_rows
 
 KERNELS = ("math", "sdpa", "linear", "edge")
@@ -87,11 +88,9 @@ def sdpa_attention(
     """Fused kernel (``F.scaled_dot_product_attention``). Returns ``[B, H, L, E]``."""
     dead = None
     if attn_mask is not None:
+        # no host synchronisation: dead rows are revived and zeroed whether or not there are any
         dead = dead_rows(attn_mask)  # [.., L, 1]; [B, 1, 1, 1] for a padding mask
-        if torch.compiler.is_exporting() or torch.jit.is_tracing() or dead.any():  # exporting: no value branch
-            attn_mask = revive_dead_rows(attn_mask, dead)
-        else:
-            dead = None
+        attn_mask = revive_dead_rows(attn_mask, dead)
         if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
             attn_mask = attn_mask.to(q.dtype)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
@@ -180,7 +179,8 @@ def edge_attention(
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must be [2, E], got shape {tuple(edge_index.shape)}")
     n = b * length
-    if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= n):
+    if debug_checks() and edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= n):
+        # (the encoder validates edges once per forward; per call only in debug mode: a host sync)
         raise ValueError(f"edge_index values must lie in [0, B*L) = [0, {n}), got [{edge_index.min()}, {edge_index.max()}]")
     scale = d**-0.5 if scale is None else scale
     if attn_mask is not None:
@@ -190,11 +190,10 @@ def edge_attention(
                 f"mask [B, 1, 1, L], got {attn_mask.dtype} {tuple(attn_mask.shape)}"
             )
         keep = attn_mask.reshape(n).index_select(0, edge_index[0])  # [E]
-        if not bool(keep.all()):
-            edge_index = edge_index[:, keep]
-            edge_bias = edge_bias[keep] if edge_bias is not None else None
-            edge_key = edge_key[keep] if edge_key is not None else None
-            edge_value = edge_value[keep] if edge_value is not None else None
+        edge_index = edge_index[:, keep]  # (a planned forward drops them once, and passes no mask)
+        edge_bias = edge_bias[keep] if edge_bias is not None else None
+        edge_key = edge_key[keep] if edge_key is not None else None
+        edge_value = edge_value[keep] if edge_value is not None else None
     src, dst = edge_index[0], edge_index[1]
     for name, t, width in (("edge_key", edge_key, d), ("edge_value", edge_value, v.shape[-1])):
         if t is not None and tuple(t.shape) != (src.numel(), h, width):

@@ -69,6 +69,47 @@ def grid_window_mask(height: int, width: int, window: int, device: torch.device 
     return near_rows & near_cols
 
 
+def structure_mask(
+    length: int,
+    *,
+    num_global: int = 0,
+    window: int | None = None,
+    grid: tuple[int, int] | None = None,
+    grid_window: int | None = None,
+    causal: bool = False,
+    device: torch.device | None = None,
+) -> torch.Tensor | None:
+    """A structure description -> its dense ``[L, L]`` bool mask (True = may attend), or None when
+    everything may attend: the reference that every planned kernel equals.
+
+    Positions ``0 .. num_global-1`` are global tokens: their rows and columns allow everything. The
+    ``T = L - num_global`` tokens after them follow the structure, combined by logical AND:
+    ``window`` (``|i - j| <= window``), ``grid_window`` (``k×k`` neighbourhood on the row-major
+    ``grid = (h, w)``, see :func:`grid_window_mask`), ``causal`` (``j <= i``).
+    """
+    tokens = length - num_global
+    if tokens < 0:
+        raise ValueError(f"num_global={num_global} exceeds the length {length}")
+    struct = None
+
+    def both(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:
+        return b if a is None else a & b
+
+    if window is not None:
+        struct = both(struct, local_window_mask(tokens, window, device))
+    if grid_window is not None:
+        if grid is None or grid[0] * grid[1] != tokens:
+            raise ValueError(f"grid_window needs grid (h, w) with h·w = {tokens} tokens, got grid={grid}")
+        struct = both(struct, grid_window_mask(grid[0], grid[1], grid_window, device))
+    if causal:
+        struct = both(struct, causal_mask(tokens, device))
+    if struct is None or not num_global:
+        return struct
+    out = torch.ones(length, length, dtype=torch.bool, device=device)
+    out[num_global:, num_global:] = struct
+    return out  # [L, L]
+
+
 def causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
     """``[L, L]`` bool lower triangle: token ``i`` may attend to ``j <= i``."""
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()

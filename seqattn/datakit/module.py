@@ -7,7 +7,7 @@
 - the label set: from the training split unless given (:meth:`set_labels`), with a clear error for
   a label in val/test that training never saw, or a training set with one class only;
 - the loaders over ``self.datasets[split]`` with ``self.collate`` (training shuffled by a generator
-  seeded with ``seed``);
+  seeded with ``seed``; with ``bucket_by_length``, in batches of similar lengths);
 - the spec the model is built from (:meth:`spec`, a :class:`~seqattn.datakit.spec.DataSpec`);
 - the predict protocol: :meth:`predict_loader` (batches of a user's unlabeled inputs) and
   :meth:`describe` (what each item of such a batch is, as :class:`~seqattn.datakit.items.Item`).
@@ -26,6 +26,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from seqattn.datakit.buckets import LengthBucketSampler
 from seqattn.datakit.files import resolve_data_dir
 from seqattn.datakit.items import Item
 from seqattn.datakit.spec import DataSpec
@@ -115,6 +116,10 @@ class TaskDataModule(L.LightningDataModule):
         limit: at most this many items per split (quick runs), or None.
         labels: the label set in index order; None = the labels of the training split, sorted.
         encoding: text encoding of the user's files (UTF-8 with or without BOM by default).
+        bucket_by_length: training batches of similar lengths (:class:`~seqattn.datakit.buckets.LengthBucketSampler`:
+            shuffled pools of ``bucket_batches`` batches sorted by :meth:`item_length`); exact mid-epoch
+            resume still holds. Needs a subclass that defines :meth:`item_length`.
+        bucket_batches: batches per sorted pool.
     """
 
     collate: Callable[[list[Any]], dict[str, Any]]
@@ -133,6 +138,8 @@ class TaskDataModule(L.LightningDataModule):
         limit: int | None = None,
         labels: Sequence[str] | None = None,
         encoding: str = "utf-8",
+        bucket_by_length: bool = False,
+        bucket_batches: int = 50,
     ) -> None:
         super().__init__()
         if not isinstance(batch_size, int) or batch_size <= 0:
@@ -152,6 +159,10 @@ class TaskDataModule(L.LightningDataModule):
         self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
         self.limit = limit
         self.encoding = encoding
+        if not isinstance(bucket_batches, int) or bucket_batches < 1:
+            raise ValueError(f"bucket_batches must be a positive int, got {bucket_batches!r}")
+        self.bucket_by_length, self.bucket_batches = bool(bucket_by_length), bucket_batches
+        self._lengths: dict[int, list[int]] = {}
         self._labels: list[str] | None = list(labels) if labels is not None else None
         self.datasets: dict[str, Dataset] = {}
         #: prediction: ``skip`` (default) predicts every readable item and lists the others in
@@ -226,15 +237,33 @@ class TaskDataModule(L.LightningDataModule):
         return {name: len(self.datasets[name]) if name in self.datasets else 0 for name in SPLITS}
 
     # -- loaders --------------------------------------------------------------------------------
+    def item_length(self, dataset: Dataset, index: int) -> int:
+        """Length (tokens, frames) of item ``index`` of ``dataset``, for ``bucket_by_length``."""
+        raise ValueError(f"bucket_by_length=true needs item lengths, which {type(self).__name__} does not define "
+                         "(item_length); set data.bucket_by_length=false")
+
+    def item_lengths(self, dataset: Dataset) -> list[int]:
+        """:meth:`item_length` of every item (computed once per dataset)."""
+        key = id(dataset)
+        if key not in self._lengths:
+            self._lengths[key] = [int(self.item_length(dataset, i)) for i in range(len(dataset))]
+        return self._lengths[key]
+
     def loader(self, dataset: Dataset, shuffle: bool = False, batch_size: int | None = None,
                collate: Callable | None = None) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        sampler = SeededItems(dataset, generator=generator) if shuffle and getattr(dataset, "seeded_items", False) \
-            else None
-        return DataLoader(dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle and sampler is None,
-                          sampler=sampler, generator=generator,
-                          num_workers=self.num_workers, collate_fn=collate or self.collate,
-                          persistent_workers=self.num_workers > 0)
+        batch_size = batch_size or self.batch_size
+        common = dict(num_workers=self.num_workers, collate_fn=collate or self.collate,
+                      persistent_workers=self.num_workers > 0)
+        if shuffle and self.bucket_by_length:
+            sampler = LengthBucketSampler(RandomSampler(dataset, generator=generator), batch_size, False,
+                                          lengths=self.item_lengths(dataset), bucket_batches=self.bucket_batches,
+                                          generator=generator)
+            return DataLoader(dataset, batch_sampler=sampler, generator=generator, **common)
+        if shuffle and getattr(dataset, "seeded_items", False):  # per-item seeds for augmentation (exact resume)
+            return DataLoader(dataset, batch_size=batch_size, sampler=SeededItems(dataset, generator=generator),
+                              generator=generator, **common)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator, **common)
 
     def split_loader(self, split: str, shuffle: bool = False) -> DataLoader:
         if not self.datasets:

@@ -30,7 +30,18 @@ log = logging.getLogger("seqattn.training.resume")
 
 def _shuffle_generator(loader: DataLoader, create: bool) -> torch.Generator | None:
     """The ``torch.Generator`` the loader's sampler shuffles with; a RandomSampler without one gets
-    one (seeded from the global RNG) when ``create``, so its order becomes part of the state."""
+    one (seeded from the global RNG) when ``create``, so its order becomes part of the state. A batch
+    sampler with a ``generator`` (the length-bucketed one) shares it with its inner sampler."""
+    batch_sampler = loader.batch_sampler
+    if batch_sampler is not None and hasattr(batch_sampler, "generator"):  # e.g. LengthBucketSampler
+        if batch_sampler.generator is None and create:
+            batch_sampler.generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+            inner = getattr(batch_sampler, "sampler", None)
+            if isinstance(inner, RandomSampler) and inner.generator is None:
+                inner.generator = batch_sampler.generator  # one generator: one state to checkpoint
+        if create and loader.generator is None and batch_sampler.generator is not None:
+            loader.generator = batch_sampler.generator
+        return batch_sampler.generator
     sampler = loader.sampler
     if isinstance(sampler, RandomSampler):
         if sampler.generator is None and create:

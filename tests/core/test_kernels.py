@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seqattn.core.checks import set_debug_checks
 from seqattn.core import (
     build_attention_mask,
     edge_index_to_mask,
@@ -131,8 +132,17 @@ def test_edge_kernel_bad_inputs():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="needs an edge_index"):
         scaled_dot_product_attention(q, k, v, kernel="edge")
+    # the value check is a host sync: per call only in debug mode (the encoder checks once per forward)
+    previous = set_debug_checks(True)
+    try:
+        with pytest.raises(ValueError, match=r"edge_index values must lie in \[0, B\*L\)"):
+            scaled_dot_product_attention(q, k, v, kernel="edge", edge_index=torch.tensor([[0], [B * L]]))
+    finally:
+        set_debug_checks(previous)
+    from seqattn.core import Encoder, Tokens
+
     with pytest.raises(ValueError, match=r"edge_index values must lie in \[0, B\*L\)"):
-        scaled_dot_product_attention(q, k, v, kernel="edge", edge_index=torch.tensor([[0], [B * L]]))
+        Encoder(12, 1, 3, kernel="edge")(Tokens(torch.randn(B, L, 12), edge_index=torch.tensor([[0], [B * L]])))
     with pytest.raises(ValueError, match="only used by kernel='edge'"):
         scaled_dot_product_attention(q, k, v, kernel="sdpa", edge_index=torch.tensor([[0], [1]]))
 

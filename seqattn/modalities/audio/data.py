@@ -175,6 +175,8 @@ class SpeechDataModule(TaskDataModule):
         synth: Mapping[str, Any] | None = None,
         limit: int | None = None,
         encoding: str = "utf-8",
+        bucket_by_length: bool = False,
+        bucket_batches: int = 50,
     ) -> None:
         if source is None:
             source = "manifest" if manifest else "synthetic"
@@ -189,7 +191,7 @@ class SpeechDataModule(TaskDataModule):
             labels = list(PHONES)
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
-                         encoding=encoding)
+                         encoding=encoding, bucket_by_length=bucket_by_length, bucket_batches=bucket_batches)
         self.source = source
         self.manifest = manifest
         self.default_label = default_label
@@ -200,6 +202,10 @@ class SpeechDataModule(TaskDataModule):
             raise ValueError(f"win_ms={win_ms} / hop_ms={hop_ms} must each be at least one sample")
         self.synth = dict(synth or {})
         self._longest: dict[str, tuple[int, str]] = {}
+
+    def item_length(self, dataset, index: int) -> int:
+        """Samples of utterance ``index`` (for ``bucket_by_length``; reads and caches the audio)."""
+        return int(dataset[index]["waveform"].numel())
 
     # -- lifecycle ------------------------------------------------------------------------
     def _manifest_path(self) -> Path:

@@ -15,7 +15,9 @@ Position lives in the adapter, in 2-D (the encoder then runs with ``positional=n
 - ``none``: no position: the encoder is permutation-equivariant over pixels (a bag of pixels).
 
 ``window=k`` restricts attention to each token's ``k×k`` grid neighbourhood (the seed's "a CNN is
-self-attention with a fixed receptive field") through ``Tokens.attn_mask`` (:func:`grid_window_mask`).
+self-attention with a fixed receptive field"), described as ``Tokens.grid_window`` (the pairs of
+:func:`~seqattn.core.masks.grid_window_mask`, never an ``[L, L]`` tensor): the encoder plans a
+blocked band kernel whose cost follows the ``k×k`` neighbourhoods.
 
 Padding: a batch of images of different sizes is padded bottom/right and marked by
 ``pixel_mask [B, H, W]`` (True = real pixel); padded pixels become masked tokens and their
@@ -32,7 +34,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqattn.core.masks import grid_window_mask
 from seqattn.core.positional import sinusoidal_table
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase
@@ -76,8 +77,8 @@ class ImageAdapter(AdapterBase):
         mean, std: per-channel values of ``normalize="fixed"`` (images in [0, 1] by default).
         dropout: on the token vectors after the positional encoding.
 
-    Returns ``Tokens(x [B, L, D], mask [B, L] | None, attn_mask [L, L] | None,
-    grid=(h, w), extra={"patch_size": p})`` with ``L = h·w`` (row-major).
+    Returns ``Tokens(x [B, L, D], mask [B, L] | None, grid=(h, w), grid_window=window,
+    extra={"patch_size": p})`` with ``L = h·w`` (row-major).
     """
 
     inputs = ("images", "pixel_mask")
@@ -241,5 +242,5 @@ class ImageAdapter(AdapterBase):
         x = self.drop(x)
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
-        attn_mask = grid_window_mask(h, w, self.window, x.device) if self.window is not None else None
-        return Tokens(x=x, mask=mask, attn_mask=attn_mask, grid=(h, w), extra={"patch_size": p})
+        # the window is described, not materialised: the encoder plans a blocked kernel for it
+        return Tokens(x=x, mask=mask, grid=(h, w), grid_window=self.window, extra={"patch_size": p})

@@ -107,6 +107,8 @@ class _TextDataModule(TaskDataModule):
         synth: Mapping[str, Any] | None = None,
         limit: int | None = None,
         encoding: str = "utf-8",
+        bucket_by_length: bool = False,
+        bucket_batches: int = 50,
     ) -> None:
         if source is None:
             source = "files" if train_path else "synthetic"
@@ -119,7 +121,7 @@ class _TextDataModule(TaskDataModule):
                              "them; drop data.source (a train_path selects the files source) or the paths")
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
-                         encoding=encoding)
+                         encoding=encoding, bucket_by_length=bucket_by_length, bucket_batches=bucket_batches)
         self.source = source
         self.paths = {"train": train_path, "val": val_path, "test": test_path}
         self.format = format
@@ -131,6 +133,10 @@ class _TextDataModule(TaskDataModule):
         self.vocab: Vocabulary | None = None
         self.chars: list[str] | None = None  # the training split's characters (case kept)
         self._longest: dict[str, tuple[int, str]] = {}
+
+    def item_length(self, dataset, index: int) -> int:
+        """Tokens of sentence ``index`` (for ``bucket_by_length``)."""
+        return len(dataset[index]["tokens"])
 
     # -- what the model needs ---------------------------------------------------------------
     def spec(self) -> DataSpec:

@@ -5,7 +5,7 @@ import torch
 
 from seqattn.modalities.image.adapter import ImageAdapter, sinusoidal_2d_table
 from seqattn.core import Encoder
-from seqattn.core.masks import grid_window_mask
+from seqattn.core.masks import grid_window_mask, structure_mask
 from seqattn.model.heads import PooledHead
 from seqattn.model.network import SequenceModel
 
@@ -87,7 +87,8 @@ def test_window_gives_the_grid_mask_and_restricts_the_receptive_field():
     model = _model(window=3, encoder=Encoder(16, depth=1, heads=2, dropout=0.0, positional="none"))
     images = torch.rand(1, 3, 6, 6)
     tokens = model.adapter(images)
-    assert torch.equal(tokens.attn_mask, grid_window_mask(6, 6, 3))
+    assert tokens.attn_mask is None and tokens.grid_window == 3  # described, not an [L, L] mask
+    assert torch.equal(structure_mask(36, grid=tokens.grid, grid_window=3), grid_window_mask(6, 6, 3))
     changed = images.clone()
     changed[0, :, 0, 0] = torch.rand(3)  # one corner pixel
     a, b = (model.encoder(model.adapter(x)) for x in (images, changed))

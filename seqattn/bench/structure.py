@@ -1,0 +1,359 @@
+"""Structured-attention cells of ``python -m seqattn.bench core`` (``--cells``): today's dense-mask
+path vs the planned kernel, forward + backward, side by side in one run, each cell in a fresh process.
+
+- ``window``: one multi-head attention layer (width 256, 8 heads, batch 8), local window ±64 at
+  L = 1024 and 4096: ``sdpa_mask`` = SDPA with the ``[L, L]`` bool window mask (what the encoder
+  built before the planner) vs ``planned`` = the blocked band kernel (plan built inside the step).
+- ``varlen``: the same layer, batch 8 with lengths spread evenly over 50..1000 (right padded):
+  ``sdpa_padded`` = SDPA with the ``[B, 1, 1, L]`` padding mask vs ``planned`` = per-bucket dispatch.
+- ``graph_bias``: the graph attention of the ``task=molecule`` encoder (4 layers, 4 heads of width
+  16) on 128 NCI molecules of 20-30 atoms, with the graph adapter's learned edge-feature + hop-
+  distance bias (hops 1 and 3), forward + backward of the attention (plan + kernels): ``dense_sdpa``
+  (the float bias that requires grad sends SDPA to its math path) and ``edge`` are today's two paths
+  (today's ``auto`` took the edge path below a 0.15 fill); ``planned`` = the planner's choice.
+- ``weights``: a training step (forward + backward) of a 4-layer encoder (width 256, 8 heads,
+  batch 8, L 512) without weights, and with ``return_attention=[-1]`` (the plotted layer only).
+
+Time: median of N steps after a warm-up at the cell's size; peak MB: growth of peak RSS during the
+first measured step after a warm-up on a small input (the method of :mod:`seqattn.bench.core`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import traceback
+from typing import Any, Callable
+
+CELLS = ("window", "varlen", "graph_bias", "weights")
+IMPLS = {
+    "window": ("sdpa_mask", "planned"),
+    "varlen": ("sdpa_padded", "planned"),
+    "graph_bias": ("dense_sdpa", "edge", "planned"),
+    "weights": ("no_weights", "one_layer_weights"),
+}
+
+
+def sizes(cell: str, tiny: bool) -> list[dict[str, Any]]:
+    """The measured configurations of a cell (``tiny``: a few tokens, for tests)."""
+    if cell == "window":
+        return [{"length": 128, "window": 8}] if tiny else [{"length": 1024, "window": 64}, {"length": 4096, "window": 64}]
+    if cell == "varlen":
+        return [{"low": 8, "high": 160}] if tiny else [{"low": 50, "high": 1000}]
+    if cell == "graph_bias":
+        return [{"graphs": 8, "hops": 1}] if tiny else [{"graphs": 128, "hops": 1}, {"graphs": 128, "hops": 3}]
+    if cell == "weights":
+        return [{"length": 32}] if tiny else [{"length": 512}]
+    raise ValueError(f"unknown cell {cell!r}; expected one of {CELLS}")
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _layer_step(impl: str, cell: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    import torch
+
+    from seqattn.core.attention import MultiHeadAttention
+    from seqattn.core.masks import local_window_mask
+    from seqattn.core.plan import plan_attention
+
+    batch, dim, heads = 8, 256, 8
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(dim, heads)
+    info: dict[str, Any] = {}
+    if cell == "window":
+        length, window = (64, 4) if small else (cfg["length"], cfg["window"])
+        lengths = [length] * batch
+    else:
+        low, high = (8, 64) if small else (cfg["low"], cfg["high"])
+        lengths = [round(low + (high - low) * i / (batch - 1)) for i in range(batch)][::-1]
+        length = max(lengths)
+    x = torch.randn(batch, length, dim, requires_grad=True)
+    mask = torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]  # [B, L]
+    allowed = sum(n * n for n in lengths) if cell == "varlen" else int(local_window_mask(length, window).sum()) * batch
+    info.update(length=length, lengths=lengths if cell == "varlen" else None, batch=batch, heads=heads,
+                head_dim=dim // heads, allowed_pairs=allowed)
+
+    if impl in ("sdpa_mask", "sdpa_padded"):
+        def call():
+            if cell == "window":
+                return layer(x, attn_mask=local_window_mask(length, window))
+            return layer(x, mask=mask)
+        info["pairs"] = batch * length * length
+    else:
+        def call():
+            plan = plan_attention(batch, length, heads=heads, dim=dim, device=x.device, mask=None if cell == "window"
+                                  else mask, window=window if cell == "window" else None)
+            info["path"], info["pairs"] = plan.path, plan.pairs
+            return layer(x, plan=plan)
+
+    def step():
+        call().sum().backward()
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+
+    return step, info
+
+
+def _graph_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    """The graph attention of the molecule encoder: plan (once per forward) + 4 layers' attention,
+    forward + backward into q, k, v and the learned bias (the adapter's edge-feature + hop-distance
+    bias of these molecules; the projections around it are the same for every path and not timed)."""
+    import torch
+
+    from seqattn.core.plan import plan_attention
+    from seqattn.modalities.graph.adapter import GraphAdapter
+    from seqattn.modalities.graph.bench import _molecule_batch
+    from seqattn.modalities.graph.molecules import ATOM_FEATURES, BOND_FEATURES
+
+    torch.manual_seed(0)
+    graphs, hops = (4, 1) if small else (cfg["graphs"], cfg["hops"])
+    batch = _molecule_batch(graphs, hops)
+    adapter = GraphAdapter(64, ATOM_FEATURES, BOND_FEATURES, heads=4, hops=hops)
+    tokens = adapter(**{k: batch[k] for k in ("x", "mask", "edge_index", "edge_attr")})
+    b, n = tokens.mask.shape
+    bias = (tokens.edge_bias.detach() + 0.1 * torch.randn_like(tokens.edge_bias)).requires_grad_()
+    layers = [[torch.randn(b, n, 4, 16).transpose(1, 2).requires_grad_() for _ in range(3)] for _ in range(4)]
+    path, graph_path = {"dense_sdpa": ("dense", "dense"), "edge": ("edge", "edge"), "planned": (None, "auto")}[impl]
+    edges = int(tokens.edge_index.shape[1])
+    info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": n,
+                            "fill": edges / (b * n * n), "allowed_pairs": edges, "hops": hops}
+
+    def step():
+        plan = plan_attention(b, n, heads=4, dim=64, device=bias.device, mask=tokens.mask,
+                              edge_index=tokens.edge_index, edge_bias=bias, graph_path=graph_path, path=path)
+        loss = sum(plan.attend(q, k, v)[0].square().sum() for q, k, v in layers)
+        loss.backward()
+        for t in [bias] + [t for qkv in layers for t in qkv]:
+            t.grad = None
+        info["path"] = plan.path
+
+    return step, info
+
+
+def _weights_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    import torch
+
+    from seqattn.core import Encoder
+
+    torch.manual_seed(0)
+    length = 16 if small else cfg["length"]
+    enc = Encoder(256, depth=4, heads=8, dropout=0.0)
+    x = torch.randn(8, length, 256)
+    want = [-1] if impl == "one_layer_weights" else False
+
+    def step():
+        out = enc(x, return_attention=want)
+        out = out[0] if want else out
+        out.square().mean().backward()
+        enc.zero_grad(set_to_none=True)
+
+    return step, {"length": length, "batch": 8, "heads": 8, "head_dim": 32}
+
+
+def build_step(cell: str, impl: str, cfg: dict[str, Any], small: bool = False):
+    if cell in ("window", "varlen"):
+        return _layer_step(impl, cell, cfg, small)
+    if cell == "graph_bias":
+        return _graph_step(impl, cfg, small)
+    if cell == "weights":
+        return _weights_step(impl, cfg, small)
+    raise ValueError(f"unknown cell {cell!r}")
+
+
+# --------------------------------------------------------------------------- one cell in a fresh process
+
+
+def sdpa_backends(step: Callable[[], None]) -> str:
+    """Which SDPA backends one ``step`` ran: ``flash`` / ``efficient`` (fused aten ops dispatched),
+    ``math`` (``F.scaled_dot_product_attention`` calls that dispatched no fused op: the unfused
+    fallback), ``-`` (no SDPA at all)."""
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts = {"sdpa": 0, "flash": 0, "efficient": 0}
+
+    class Calls(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is F.scaled_dot_product_attention:
+                counts["sdpa"] += 1
+            return func(*args, **(kwargs or {}))
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func)
+            if "flash_attention" in name and "backward" not in name:
+                counts["flash"] += 1
+            elif "efficient_attention" in name and "backward" not in name:
+                counts["efficient"] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Calls(), Ops():
+        step()
+    found = [k for k in ("flash", "efficient") if counts[k]]
+    if counts["sdpa"] > counts["flash"] + counts["efficient"]:
+        found.append("math")
+    return "+".join(found) or "-"
+
+
+def measure_structure_cell(cell: str, impl: str, cfg: dict[str, Any], repeats: int | None = None,
+                           budget: float = 3.0, threads: int | None = None) -> dict[str, Any]:
+    import gc
+
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+    from seqattn.bench import core as bench_core
+
+    small_step, _ = build_step(cell, impl, cfg, small=True)
+    for _ in range(2):  # libraries loaded, no big buffer yet
+        small_step()
+    del small_step
+    step, info = build_step(cell, impl, cfg)
+    gc.collect()
+    reset = bench_core._reset_peak_rss()
+    rss_before = bench_core._rss_bytes()
+    ru_before = bench_core._ru_maxrss_bytes()
+    start = time.perf_counter()
+    step()
+    first = time.perf_counter() - start
+    ru_after = bench_core._ru_maxrss_bytes()
+    hwm = bench_core._vm_hwm_bytes()
+    peak = ru_after if (ru_after > ru_before or not reset or hwm is None) else hwm
+    n = repeats if repeats else max(1, min(20, int(budget / max(first, 1e-6))))
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    backend = sdpa_backends(step)
+    return {"status": "ok", "time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
+            "repeats": n, "peak_mb": max(0, peak - rss_before) / bench_core.MIB, "backend": backend,
+            "threads": torch.get_num_threads(), **{k: v for k, v in info.items() if v is not None}}
+
+
+def structure_entry(conn: Any, kwargs: dict[str, Any]) -> None:
+    """Child-process entry (see :func:`seqattn.bench.core.run_cell_isolated`)."""
+    try:
+        result = measure_structure_cell(**kwargs)
+    except Exception as exc:  # noqa: BLE001 -- reported in the cell
+        traceback.print_exc()
+        msg = str(exc)
+        oom = isinstance(exc, MemoryError) or "memory" in msg.lower()
+        result = {"status": "OOM" if oom else "failed", "error": (msg.splitlines() or [repr(exc)])[0][:200]}
+    conn.send(result)
+    conn.close()
+
+
+# --------------------------------------------------------------------------- report
+
+
+def flops(cell: dict[str, Any], pairs_key: str = "allowed_pairs") -> float | None:
+    """Attention fwd+bwd FLOPs counted as 14·H·d per allowed query-key pair (14·B·H·L·S·d·ρ)."""
+    pairs = cell.get(pairs_key)
+    if not pairs or "heads" not in cell:
+        return None
+    return 14.0 * cell["heads"] * cell["head_dim"] * pairs
+
+
+def describe_config(cell: str, cfg: dict[str, Any]) -> str:
+    if cell == "window":
+        return f"window ±{cfg['window']}, L={cfg['length']}"
+    if cell == "varlen":
+        return f"lengths {cfg['low']}..{cfg['high']}, B=8"
+    if cell == "graph_bias":
+        return f"{cfg['graphs']} molecules, hops {cfg['hops']}"
+    return f"encoder training step, L={cfg['length']}"
+
+
+def format_structure(results: list[dict[str, Any]], peak_gflops: float | None) -> tuple[list[str], list[str]]:
+    """Markdown table (a row per cell and implementation) and the targets' lines."""
+    lines = ["| cell | impl | path | SDPA backend | ms | peak MB | attention GFLOP/s | vs first impl |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["cell"], r["config"]), []).append(r)
+    for (cell, config), rows in groups.items():
+        base = rows[0].get("time_ms") if rows[0]["status"] == "ok" else None
+        for r in rows:
+            if r["status"] != "ok":
+                lines.append(f"| {config} | {r['impl']} | – | – | {r['status']} | – | – | – |")
+                continue
+            f = flops(r)
+            gf = f"{f / (r['time_ms'] * 1e-3) / 1e9:.1f}" if f and cell in ("window", "varlen") else "–"
+            speed = f"{base / r['time_ms']:.2f}x" if base else "–"
+            lines.append(f"| {config} | {r['impl']} | {r.get('path', '–')} | {r.get('backend', '–')} | "
+                         f"{r['time_ms']:.1f} | {r['peak_mb']:.1f} | {gf} | {speed} |")
+    targets = []
+
+    def find(cell, impl, config=None):
+        for r in results:
+            if r["cell"] == cell and r["impl"] == impl and r["status"] == "ok" and (config is None or r["config"] == config):
+                return r
+        return None
+
+    for cfg in sorted({r["config"] for r in results if r["cell"] == "window"}):
+        a, b = find("window", "sdpa_mask", cfg), find("window", "planned", cfg)
+        if a and b:
+            ratio, mem = a["time_ms"] / b["time_ms"], b["peak_mb"] / max(a["peak_mb"], 1e-9)
+            targets.append(f"target {cfg}: planned >= 2.5x faster than the SDPA window mask, peak memory no higher: "
+                           f"{'met' if ratio >= 2.5 and mem <= 1.0 else 'missed'} ({ratio:.2f}x, memory {mem:.2f}x)")
+    a, b = find("varlen", "sdpa_padded"), find("varlen", "planned")
+    if a and b:
+        ratio = a["time_ms"] / b["time_ms"]
+        limit = a["pairs"] / b["allowed_pairs"]
+        targets.append(f"target lengths {a['lengths'][-1]}..{a['lengths'][0]}: planned >= 2x faster than padded SDPA: "
+                       f"{'met' if ratio >= 2 else 'missed'} ({ratio:.2f}x; limit {limit:.2f}x = padded / real pairs)")
+    for cfg in sorted({r["config"] for r in results if r["cell"] == "graph_bias"}):
+        today = [r for r in (find("graph_bias", "dense_sdpa", cfg), find("graph_bias", "edge", cfg)) if r]
+        b = find("graph_bias", "planned", cfg)
+        if today and b:
+            auto_today = "dense_sdpa" if today[0].get("fill", 0) >= 0.15 else "edge"
+            ref = find("graph_bias", auto_today, cfg) or today[0]
+            ratio = ref["time_ms"] / b["time_ms"]
+            best = min(r["time_ms"] for r in today) / b["time_ms"]
+            targets.append(f"target graph attention with learned biases, {cfg}: planned >= 2x faster than today "
+                           f"(today's auto path: {auto_today}): {'met' if ratio >= 2 else 'missed'} ({ratio:.2f}x; "
+                           f"{best:.2f}x vs the faster of today's two paths)")
+    a, b = find("weights", "no_weights"), find("weights", "one_layer_weights")
+    if a and b:
+        over = b["time_ms"] / a["time_ms"] - 1
+        targets.append(f"target training with weights for the plotted layer within 5% of training without: "
+                       f"{'met' if over <= 0.05 else 'missed'} ({100 * over:+.1f}%)")
+    if peak_gflops:
+        targets.append(f"(matmul peak measured in this run: {peak_gflops:.0f} GFLOP/s fp32; attention GFLOP/s above "
+                       "count 14·H·d per allowed pair, fwd+bwd)")
+    return lines, targets
+
+
+def measure_matmul_peak(size: int = 2048, repeats: int = 5, threads: int | None = None) -> dict[str, Any]:
+    """GFLOP/s of a square ``torch.matmul`` (fp32 and bf16), this process's threads."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        a @ b
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        out[name] = 2 * size**3 / min(times) / 1e9
+    out["threads"] = torch.get_num_threads()
+    return out
+
+
+def matmul_entry(conn: Any, kwargs: dict[str, Any]) -> None:
+    try:
+        result = {"status": "ok", **measure_matmul_peak(**kwargs)}
+    except Exception as exc:  # noqa: BLE001
+        result = {"status": "failed", "error": repr(exc)[:200]}
+    conn.send(result)
+    conn.close()

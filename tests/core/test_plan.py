@@ -1,0 +1,241 @@
+"""Every planned attention path equals the dense ``math`` reference: values and gradients, with
+padding, global tokens and rows that have nothing to attend to."""
+
+import pytest
+import torch
+
+from seqattn.core import Encoder, Tokens, mask_to_edge_index
+from seqattn.core.kernels import math_attention
+from seqattn.core.masks import grid_window_mask, local_window_mask, structure_mask
+from seqattn.core.plan import plan_attention
+from seqattn.core.planning import edges_to_dense
+
+
+def _qkv(b, h, length, d, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, h, length, d, generator=g, dtype=dtype).requires_grad_() for _ in range(3)]
+
+
+def _lengths_mask(lengths, length):
+    return torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]  # [B, L]
+
+
+def _reference(q, k, v, struct, mask):
+    """math with the structure AND key padding, and padded queries as rows with nothing allowed."""
+    ref = struct
+    if mask is not None:
+        pad = mask[:, None, None, :] & mask[:, None, :, None]  # [B, 1, L, S]
+        ref = pad if ref is None else (ref & pad if ref.dtype == torch.bool else ref.masked_fill(~pad, float("-inf")))
+    return math_attention(q, k, v, ref)
+
+
+def _check(plan, q, k, v, struct, mask, expected_path, atol=2e-5):
+    assert plan.path == expected_path, plan.describe()
+    g = torch.Generator().manual_seed(7)
+    probe = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=g)
+    out, weights = plan.attend(q, k, v, need_weights=True)
+    ref, ref_w = _reference(q, k, v, struct, mask)
+    torch.testing.assert_close(out, ref, atol=atol, rtol=1e-4)
+    torch.testing.assert_close(weights, ref_w.detach(), atol=atol, rtol=1e-4)
+    tensors = [t for t in (q, k, v) if t.requires_grad]
+    got = torch.autograd.grad((out * probe).sum(), tensors)
+    want = torch.autograd.grad((ref * probe).sum(), tensors)
+    for a, b in zip(got, want):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=atol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("window,causal", [(3, False), (40, False), (5, True), (0, False)])
+@pytest.mark.parametrize("lengths", [None, [150, 97, 0]])
+@pytest.mark.parametrize("num_global", [0, 1])
+def test_band_equals_math_1d(window, causal, lengths, num_global):
+    b, h, length, d = 3, 2, 150, 8
+    mask = None if lengths is None else _lengths_mask(lengths, length)
+    if mask is not None and num_global:
+        mask[:, :num_global] = True
+    q, k, v = _qkv(b, h, length, d)
+    plan = plan_attention(b, length, heads=h, dim=h * d, device=q.device, mask=mask, window=window, causal=causal,
+                          num_global=num_global, path="band")
+    struct = structure_mask(length, num_global=num_global, window=window, causal=causal)[None, None]
+    _check(plan, q, k, v, struct, mask, "band")
+    assert plan.band.allowed.any(-1).all()  # no row left with nothing (some backends give NaN there)
+
+
+@pytest.mark.parametrize("grid,k_win", [((12, 11), 3), ((9, 16), 5), ((4, 4), 9)])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("num_global", [0, 1])
+def test_band_equals_math_grid(grid, k_win, padded, num_global):
+    b, h, d = 2, 2, 8
+    length = grid[0] * grid[1] + num_global
+    mask = None
+    if padded:  # the second image is smaller: its padded pixels (bottom rows) are masked
+        mask = torch.ones(b, length, dtype=torch.bool)
+        mask[1, num_global + grid[1] * (grid[0] // 2):] = False
+    q, k, v = _qkv(b, h, length, d, seed=3)
+    plan = plan_attention(b, length, heads=h, dim=h * d, device=q.device, mask=mask, grid=grid, grid_window=k_win,
+                          num_global=num_global, path="band")
+    struct = structure_mask(length, num_global=num_global, grid=grid, grid_window=k_win)[None, None]
+    _check(plan, q, k, v, struct, mask, "band")
+
+
+def test_structure_mask_matches_the_mask_helpers():
+    assert torch.equal(structure_mask(10, window=2), local_window_mask(10, 2))
+    assert torch.equal(structure_mask(20, grid=(4, 5), grid_window=3), grid_window_mask(4, 5, 3))
+    s = structure_mask(5, num_global=1, window=0)
+    assert s[0].all() and s[:, 0].all() and torch.equal(s[1:, 1:], torch.eye(4, dtype=torch.bool))
+    assert structure_mask(7) is None
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_equals_math(causal):
+    b, h, length, d = 6, 2, 140, 8
+    lengths = [140, 30, 120, 0, 131, 64]
+    mask = _lengths_mask(lengths, length)
+    q, k, v = _qkv(b, h, length, d, seed=1)
+    path = "varlen" if not causal else "causal"
+    plan = plan_attention(b, length, heads=h, dim=h * d, device=q.device, mask=mask, causal=causal, path=path)
+    struct = structure_mask(length, causal=causal)
+    _check(plan, q, k, v, None if struct is None else struct[None, None], mask, path)
+    if not causal:
+        assert len(plan.varlen.buckets) >= 3 and plan.pairs < b * length * length
+
+
+def test_varlen_is_planned_only_for_right_padding_and_when_it_saves_work():
+    b, h, length = 4, 2, 256
+    spread = _lengths_mask([256, 40, 60, 100], length)
+    assert plan_attention(b, length, heads=h, dim=16, device=torch.device("cpu"), mask=spread).path == "varlen"
+    even = _lengths_mask([256, 250, 256, 240], length)
+    assert plan_attention(b, length, heads=h, dim=16, device=torch.device("cpu"), mask=even).path == "dense"
+    holes = spread.clone()
+    holes[0, 3] = False  # not a prefix: the per-sequence slices would be wrong
+    assert plan_attention(b, length, heads=h, dim=16, device=torch.device("cpu"), mask=holes).path == "dense"
+
+
+def test_causal_without_padding_uses_is_causal():
+    b, h, length, d = 2, 2, 33, 8
+    q, k, v = _qkv(b, h, length, d)
+    plan = plan_attention(b, length, heads=h, dim=16, device=q.device, causal=True)
+    _check(plan, q, k, v, structure_mask(length, causal=True)[None, None], None, "causal")
+
+
+def _graph(b=3, n=20, heads=2, seed=0, isolated=True):
+    g = torch.Generator().manual_seed(seed)
+    lengths = [n, n - 7, n - 3][:b]
+    mask = _lengths_mask(lengths, n)
+    adj = (torch.rand(b, n, n, generator=g) > 0.7) | torch.eye(n, dtype=torch.bool)
+    adj &= mask[:, None, :] & mask[:, :, None]
+    if isolated:
+        adj[0, 4] = False  # a real node with no incoming edge at all: nothing to attend to
+    edge_index = mask_to_edge_index(adj)
+    bias = torch.randn(edge_index.shape[1], heads, generator=g).requires_grad_()
+    return mask, edge_index, bias
+
+
+@pytest.mark.parametrize("n", [20, 150])  # SmallBiasedAttention and the CPU flash kernel + sparse bias gradient
+def test_biased_graph_path_equals_math_with_the_bias_gradient(n):
+    b, h, d = 3, 2, 8
+    mask, edge_index, bias = _graph(b, n, h)
+    q, k, v = _qkv(b, h, n, d, seed=2)
+    plan = plan_attention(b, n, heads=h, dim=h * d, device=q.device, mask=mask, edge_index=edge_index,
+                          edge_bias=bias, graph_path="dense")
+    assert plan.path == "biased"
+    probe = torch.randn(b, h, n, d)
+    out, weights = plan.attend(q, k, v, need_weights=True)
+    dense = edges_to_dense(edge_index, bias, b, n, h, torch.float32)  # the reference: bias inside the dense mask
+    ref, ref_w = _reference(q, k, v, dense, mask)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(weights, ref_w.detach(), atol=2e-5, rtol=1e-4)
+    got = torch.autograd.grad((out * probe).sum(), (q, k, v, bias))
+    want = torch.autograd.grad((ref * probe).sum(), (q, k, v, bias))
+    for a, w in zip(got, want):
+        torch.testing.assert_close(a, w, atol=2e-5, rtol=1e-4)
+    assert (out[0, :, 4] == 0).all()  # the node without incoming edges gets zeros, not NaN
+
+
+def test_edge_path_drops_padded_sources_once_and_equals_math():
+    b, h, n, d = 3, 2, 20, 8
+    mask, edge_index, bias = _graph(b, n, h)
+    padded_src = torch.tensor([[n + 19], [n + 0]])  # an edge from graph 1's padded node 19 to its node 0
+    edge_index = torch.cat([edge_index, padded_src], dim=1)
+    bias = torch.cat([bias.detach(), torch.zeros(1, h)]).requires_grad_()
+    q, k, v = _qkv(b, h, n, d, seed=4)
+    plan = plan_attention(b, n, heads=h, dim=h * d, device=q.device, mask=mask, edge_index=edge_index,
+                          edge_bias=bias, graph_path="edge")
+    assert plan.path == "edge" and plan.edge_index.shape[1] == edge_index.shape[1] - 1
+    out, _ = plan.attend(q, k, v)
+    ref, _ = _reference(q, k, v, edges_to_dense(edge_index, bias, b, n, h, torch.float32), mask)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+
+
+def test_dense_attn_mask_with_dead_rows():
+    b, h, length, d = 2, 2, 12, 8
+    g = torch.Generator().manual_seed(5)
+    attn = torch.rand(b, length, length, generator=g) > 0.6
+    attn[1, 3] = False  # nothing to attend to
+    mask = _lengths_mask([12, 9], length)
+    q, k, v = _qkv(b, h, length, d)
+    plan = plan_attention(b, length, heads=h, dim=16, device=q.device, mask=mask, attn_mask=attn)
+    _check(plan, q, k, v, attn[:, None], mask, "dense")
+
+
+def test_weights_for_some_items_only():
+    b, h, length, d = 4, 2, 150, 8
+    q, k, v = _qkv(b, h, length, d)
+    plan = plan_attention(b, length, heads=h, dim=16, device=q.device, window=10, path="band")
+    _, weights = plan.attend(q, k, v, need_weights=True, items=[2])
+    _, all_w = plan.attend(q, k, v, need_weights=True)
+    assert weights.shape == (1, h, length, length)
+    torch.testing.assert_close(weights[0], all_w[2])
+
+
+def test_flex_attention_block_mask_equals_math_on_cpu_inference():
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    b, h, length, d = 2, 2, 64, 8
+    mask = _lengths_mask([64, 41], length)
+    with torch.no_grad():
+        q, k, v = (t.detach() for t in _qkv(b, h, length, d))
+        plan = plan_attention(b, length, heads=h, dim=16, device=q.device, mask=mask, window=5, num_global=1,
+                              flex=True, path="flex")
+        assert plan.path == "flex"
+        out, _ = plan.attend(q, k, v)
+        ref, _ = _reference(q, k, v, structure_mask(length, num_global=1, window=5)[None, None], mask)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+
+
+# --------------------------------------------------------------------------- the encoder plans
+
+
+def test_encoder_planned_paths_equal_the_math_encoder():
+    """The whole encoder: windows (band), lengths (varlen), graphs (biased) -- same outputs and
+    parameter gradients as the same weights on the math kernel."""
+    cases = []
+    x = torch.randn(3, 160, 16)
+    mask = _lengths_mask([160, 70, 20], 160)
+    cases.append(({"window": 6}, Tokens(x, mask), "band"))
+    cases.append(({}, Tokens(x, mask), "varlen"))
+    gmask, edge_index, bias = _graph(3, 20, 4)
+    cases.append(({"positional": "none"}, Tokens(torch.randn(3, 20, 16), gmask, edge_index=edge_index,
+                                               edge_bias=bias.detach()), "biased"))
+    for kwargs, tokens, path in cases:
+        torch.manual_seed(0)
+        fast = Encoder(16, depth=2, heads=4, dropout=0.0, graph_path="dense", **kwargs)
+        ref = Encoder(16, depth=2, heads=4, dropout=0.0, kernel="math", graph_path="dense", **kwargs)
+        ref.load_state_dict(fast.state_dict())
+        a, b = fast(tokens), ref(tokens)
+        assert fast.last_plan["path"] == path
+        torch.testing.assert_close(a, b, atol=3e-5, rtol=1e-4)
+        a.square().sum().backward()
+        b.square().sum().backward()
+        for (name, pa), pb in zip(fast.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(pa.grad, pb.grad, atol=3e-4, rtol=1e-3, msg=name)
+
+
+def test_return_attention_for_one_layer_does_not_change_the_output():
+    enc = Encoder(16, depth=3, heads=4, dropout=0.0).eval()
+    x = torch.randn(2, 40, 16)
+    mask = _lengths_mask([40, 25], 40)
+    out, weights = enc(x, mask=mask, return_attention=[1], attention_items=[1])
+    assert weights[0].shape == (1, 4, 40, 40)
+    torch.testing.assert_close(out, enc(x, mask=mask))
+    torch.testing.assert_close(weights[0].sum(-1)[0, :, :25], torch.ones(4, 25))
+    assert (weights[0][0, :, 25:] == 0).all()  # padded queries
