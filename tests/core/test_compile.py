@@ -62,6 +62,7 @@ def _compiled_matches(backend):
     x = torch.randn(3, 40, 16)
     mask = _lengths_mask([40, 30, 12], 40)
     for kwargs, tokens in [({}, Tokens(x, mask)), ({"window": 3}, Tokens(x, mask)), ({}, Tokens(x, causal=True))]:
+        torch._dynamo.reset()  # each configuration compiles from a clean cache (no recompile limit across tests)
         enc = Encoder(16, 2, 4, dropout=0.0, **kwargs).eval()
         compiled = torch.compile(enc, backend=backend, fullgraph=True)  # fullgraph: no graph break anywhere
         with torch.no_grad():
