@@ -105,6 +105,27 @@ def k_hop_edges(edge_index: torch.Tensor, mask: torch.Tensor, hops: int) -> tupl
 # ----------------------------------------------------------------------------------------------
 # the adapter
 # ----------------------------------------------------------------------------------------------
+def smoothed_features(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tensor, steps: int) -> torch.Tensor:
+    """``x [B, N, F]`` -> ``[B, N, F·(steps+1)]``: the features and their 1..``steps``-step averages over the
+    graph, ``Â^k x`` with ``Â = D^-1/2 (A + I) D^-1/2`` (GCN's normalisation; SGC's features), from the
+    input edges ``edge_index [2, E]`` over flattened ``b * N + i`` (messages go source -> target) plus a
+    self-loop per real node. Padding nodes stay zero. Each node then sees how its neighbourhood looks,
+    not only its own features: what lets few labelled nodes label their communities."""
+    b, n, f = x.shape
+    flat = x.reshape(b * n, f)
+    real = torch.nonzero(mask.reshape(-1)).squeeze(1)  # [R]
+    src = torch.cat([edge_index[0], real])
+    dst = torch.cat([edge_index[1], real])
+    deg = torch.zeros(b * n, dtype=flat.dtype, device=flat.device).index_add_(
+        0, dst, torch.ones_like(dst, dtype=flat.dtype))  # [B·N], in-degree with the self-loop
+    weight = (deg[src] * deg[dst]).clamp_min(1.0).rsqrt().unsqueeze(1)  # [E + R, 1]
+    out, h = [flat], flat
+    for _ in range(steps):
+        h = torch.zeros_like(flat).index_add_(0, dst, h[src] * weight)  # [B·N, F]
+        out.append(h)
+    return torch.cat(out, dim=1).reshape(b, n, f * (steps + 1))
+
+
 class GraphAdapter(AdapterBase):
     """Padded graph batch -> :class:`Tokens` whose attention follows the graph.
 
@@ -129,6 +150,9 @@ class GraphAdapter(AdapterBase):
         dropout: dropout on the node vectors.
         feature_dropout: dropout on the raw node features before their projection (training only; GAT
             drops 60% of a citation graph's bag-of-words inputs).
+        propagate: ``k > 0``: the node features are concatenated with their ``1..k``-step GCN-normalised
+            graph averages before the projection (:func:`smoothed_features`); ``node_proj`` then reads
+            ``F·(k+1)`` inputs. Helps when few nodes are labelled and features say little alone.
         kernel: deprecated: the attention path is the encoder's ``graph_path`` now (``model.graph_path``);
             given here, it is passed on per batch as ``Tokens.graph_path`` with a warning.
     """
@@ -152,6 +176,7 @@ class GraphAdapter(AdapterBase):
         max_dense_bytes: int | None = None,
         dense_min_fill: float | None = None,
         edge_channels: int = 0,
+        propagate: int = 0,
     ) -> None:
         super().__init__()
         if dim <= 0 or node_features is None or node_features <= 0 or heads <= 0:
@@ -165,6 +190,8 @@ class GraphAdapter(AdapterBase):
             raise ValueError(f"positional={positional!r} is not one of {GRAPH_POSITIONALS}")
         if edge_channels < 0:
             raise ValueError(f"edge_channels must be >= 0, got {edge_channels}")
+        if not isinstance(propagate, int) or propagate < 0:
+            raise ValueError(f"propagate must be an int >= 0 (smoothing steps), got {propagate!r}")
         if positional != "none" and pe_dim <= 0:
             raise ValueError(f"pe_dim must be positive with positional={positional!r}, got {pe_dim}")
         self.path_hint = None
@@ -181,7 +208,8 @@ class GraphAdapter(AdapterBase):
         self.dim, self.heads, self.hops = dim, heads, hops
         self.node_features, self.edge_features = node_features, edge_features
         self.positional, self.pe_dim = positional, pe_dim
-        self.node_proj = nn.Linear(node_features, dim)
+        self.propagate = propagate
+        self.node_proj = nn.Linear(node_features * (propagate + 1), dim)
         self.pe_proj = nn.Linear(pe_dim, dim) if positional != "none" else None
         self.edge_proj = nn.Linear(edge_features, heads) if edge_features else None
         self.distance = nn.Embedding(hops + 1, heads) if distance_bias else None
@@ -251,7 +279,10 @@ class GraphAdapter(AdapterBase):
         projected edge features)."""
         self._check(x, mask, edge_index, edge_attr, pe)
         b, n, _ = x.shape
-        h = self.node_proj(self.feature_dropout(x))  # [B, N, D]
+        x = self.feature_dropout(x)
+        if self.propagate:
+            x = smoothed_features(x, mask, edge_index, self.propagate)  # [B, N, F·(propagate+1)]
+        h = self.node_proj(x)  # [B, N, D]
         if self.pe_proj is not None:
             pe = pe.to(h.dtype)
             if self.positional == "laplacian" and self.training:
@@ -281,5 +312,6 @@ class GraphAdapter(AdapterBase):
                       extra={"graph_edges": edges}, edge_attr=features)
 
     def extra_repr(self) -> str:
-        return (f"hops={self.hops}, positional={self.positional!r}, edge_features={self.edge_features}, "
+        return (f"hops={self.hops}, propagate={self.propagate}, positional={self.positional!r}, "
+                f"edge_features={self.edge_features}, "
                 f"heads={self.heads}, edge_channels={self.edge_channels}")

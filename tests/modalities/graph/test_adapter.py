@@ -389,3 +389,32 @@ def test_collate_graphs_pads_and_offsets():
     assert batch["x"].shape == (2, 3, 3) and batch["mask"].tolist() == [[True, True, False], [True, True, True]]
     assert batch["edge_index"].tolist() == [[0, 5], [1, 3]]
     assert batch["ids"] == ["a", "b"] and batch["targets"].tolist() == [[1.0], [2.0]]
+
+
+def test_propagated_features_equal_gcn_normalised_powers_of_the_adjacency():
+    """``smoothed_features`` = [x, Âx, Â²x] with PyG's ``gcn_norm`` (self-loops, symmetric), per graph of a
+    padded batch; padding nodes stay zero; the adapter's projection reads all of them."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    from seqattn.modalities.graph.adapter import GraphAdapter, smoothed_features
+
+    torch.manual_seed(0)
+    sizes, n, f = [5, 3], 5, 4
+    x = torch.randn(2, n, f)
+    mask = torch.arange(n)[None, :] < torch.tensor(sizes)[:, None]
+    x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+    local = [torch.tensor([[0, 1, 1, 2, 3, 4, 0, 4], [1, 0, 2, 1, 4, 3, 4, 0]]), torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])]
+    edge_index = torch.cat([e + i * n for i, e in enumerate(local)], dim=1)
+    got = smoothed_features(x, mask, edge_index, 2)
+    assert got.shape == (2, n, 3 * f)
+    for i, (size, e) in enumerate(zip(sizes, local)):
+        ei, w = gcn_norm(e, num_nodes=size, add_self_loops=True)
+        a = torch.zeros(size, size).index_put_((ei[1], ei[0]), w, accumulate=True)  # row = target
+        want = torch.cat([x[i, :size], a @ x[i, :size], a @ a @ x[i, :size]], dim=1)
+        torch.testing.assert_close(got[i, :size], want)
+    assert not got[1, 3:].any()
+    adapter = GraphAdapter(dim=8, node_features=f, heads=2, propagate=2)
+    assert adapter.node_proj.in_features == 3 * f
+    assert adapter(x, mask, edge_index).x.shape == (2, n, 8)
+    with pytest.raises(ValueError, match="propagate"):
+        GraphAdapter(dim=8, node_features=f, propagate=-1)

@@ -53,5 +53,6 @@ def test_a_vocabulary_of_config_syntax_trains_checkpoints_predicts_and_exports(t
     scripted = torch.jit.load(str(path))
     logits, _ = scripted(*inputs)
     with torch.no_grad():
-        reference = predictor.model.net({"ids": inputs[0], "mask": inputs[1]})["logits"]
+        names = predictor.model.net.adapter.export_inputs  # ids, mask (and char_ids with character features)
+        reference = predictor.model.net(dict(zip(names, inputs)))["logits"]
     torch.testing.assert_close(logits, reference)
