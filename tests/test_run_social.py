@@ -43,7 +43,7 @@ def test_karate_recipe_learns_and_writes_its_artefacts(compose_cfg):
 
     model = SequenceLabeling.load_from_checkpoint(out / "checkpoints" / "best.ckpt", map_location="cpu")
     assert model.labels == datamodule.label_names == ["c0", "c1", "c2", "c3"]
-    assert model.net.adapter.node_features == 34 and model.net.adapter.positional == "laplacian"
+    assert model.net.adapter.node_features == 34 and model.net.adapter.propagate == 2  # the task defaults
 
 
 def test_no_graph_attention_baseline_runs_through_the_same_recipe(compose_cfg):
@@ -101,5 +101,6 @@ def test_neighbour_sampled_training_learns_sbm_communities(compose_cfg):
 def test_graph_attention_beats_no_context_on_sampled_sbm(compose_cfg):
     """With neighbour sampling, attention over the sampled neighbourhood beats each node alone."""
     attention = train(compose_cfg(SBM, run="attention"))
-    alone = train(compose_cfg(SBM + ["model=no_context", "model.dim=32"], run="alone"))
+    # alone = no graph at all: the task's default neighbourhood-averaged features (adapter.propagate) off too
+    alone = train(compose_cfg(SBM + ["model=no_context", "model.dim=32", "adapter.propagate=0"], run="alone"))
     assert attention["test/acc"] > alone["test/acc"] + 0.15, (attention["test/acc"], alone["test/acc"])
