@@ -41,12 +41,11 @@ from seqattn.datakit.splits import split, split_indices
 from seqattn.labels import is_missing, split_name
 from seqattn.modalities.audio.data import AudioFileDataset
 from seqattn.modalities.audio.features import load_audio, ms_to_samples
-from seqattn.modalities.audio.manifest import read_audio_list, read_clip_manifest
+from seqattn.modalities.audio.manifest import read_audio_list, read_clip_manifest, resolve_source
 from seqattn.modalities.audio.words import generate_words_corpus
 
 log = logging.getLogger("seqattn.modalities.audio.clips")
 
-SOURCES = ("synthetic", "manifest")
 GROUP = "speaker"
 
 
@@ -129,15 +128,7 @@ class ClipDataModule(TaskDataModule):
         limit: int | None = None,
         encoding: str = "utf-8",
     ) -> None:
-        if source is None:
-            source = "manifest" if manifest else "synthetic"
-        if source not in SOURCES:
-            raise ValueError(f"source={source!r} is not one of {SOURCES}")
-        if source == "manifest" and not manifest:
-            raise ValueError("source='manifest' needs manifest=<path to a .csv or .jsonl manifest>")
-        if source == "synthetic" and manifest:
-            raise ValueError(f"data.manifest={manifest!r} is given but data.source=synthetic would ignore it; "
-                             "drop data.source (a manifest selects the manifest source) or the manifest")
+        source = resolve_source(source, manifest)
         if not 0.0 < float(train_fraction) <= 1.0:
             raise ValueError(f"train_fraction={train_fraction!r} must be in (0, 1]")
         if not label_column:

@@ -27,11 +27,10 @@ from seqattn.datakit.splits import split
 from seqattn.labels import IGNORE_INDEX
 from seqattn.modalities.audio.corpus import PHONES, generate_speech_corpus
 from seqattn.modalities.audio.features import frame_labels, load_audio, ms_to_samples, num_frames
-from seqattn.modalities.audio.manifest import read_audio_list, read_manifest
+from seqattn.modalities.audio.manifest import read_audio_list, read_manifest, resolve_source
 
 log = logging.getLogger("seqattn.modalities.audio")
 
-SOURCES = ("synthetic", "manifest")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,15 +177,7 @@ class SpeechDataModule(TaskDataModule):
         bucket_by_length: bool = False,
         bucket_batches: int = 50,
     ) -> None:
-        if source is None:
-            source = "manifest" if manifest else "synthetic"
-        if source not in SOURCES:
-            raise ValueError(f"source={source!r} is not one of {SOURCES}")
-        if source == "manifest" and not manifest:
-            raise ValueError("source='manifest' needs manifest=<path to a .jsonl or .csv manifest>")
-        if source == "synthetic" and manifest:
-            raise ValueError(f"data.manifest={manifest!r} is given but data.source=synthetic would ignore it; "
-                             "drop data.source (a manifest selects the manifest source) or the manifest")
+        source = resolve_source(source, manifest)
         if labels is None and source == "synthetic":
             labels = list(PHONES)
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,

@@ -31,6 +31,25 @@ from typing import Any, Mapping, Sequence
 from seqattn.datakit.files import existing_file, iter_lines, read_jsonl, read_table, table_format
 from seqattn.labels import is_missing, split_name
 
+
+SOURCES = ("synthetic", "manifest")
+
+
+def resolve_source(source: str | None, manifest: str | None) -> str:
+    """The audio data source: ``source`` as given, or ``manifest`` when a manifest path is given and
+    ``synthetic`` otherwise; a contradiction (``source=synthetic`` with a manifest, ``manifest``
+    without one, an unknown name) is a ``ValueError`` saying what to change."""
+    if source is None:
+        source = "manifest" if manifest else "synthetic"
+    if source not in SOURCES:
+        raise ValueError(f"source={source!r} is not one of {SOURCES}")
+    if source == "manifest" and not manifest:
+        raise ValueError("source='manifest' needs manifest=<path to a .jsonl or .csv manifest>")
+    if source == "synthetic" and manifest:
+        raise ValueError(f"data.manifest={manifest!r} is given but data.source=synthetic would ignore it; "
+                         "drop data.source (a manifest selects the manifest source) or the manifest")
+    return source
+
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au")
 
 

@@ -45,12 +45,11 @@ from seqattn.labels import IGNORE_INDEX
 from seqattn.modalities.audio.corpus import PHONES, generate_speech_corpus
 from seqattn.modalities.audio.data import AudioFileDataset, collate_audio
 from seqattn.modalities.audio.features import load_audio, ms_to_samples, num_frames
-from seqattn.modalities.audio.manifest import read_audio_list, read_manifest
+from seqattn.modalities.audio.manifest import read_audio_list, read_manifest, resolve_source
 
 log = logging.getLogger("seqattn.modalities.audio")
 
 TOKENIZERS = ("characters", "whitespace")
-SOURCES = ("synthetic", "manifest")
 UNSEEN = "unseen_speaker"
 
 
@@ -174,15 +173,7 @@ class SpeechSequenceDataModule(TaskDataModule):
         limit: int | None = None,
         encoding: str = "utf-8",
     ) -> None:
-        if source is None:
-            source = "manifest" if manifest else "synthetic"
-        if source not in SOURCES:
-            raise ValueError(f"source={source!r} is not one of {SOURCES}")
-        if source == "manifest" and not manifest:
-            raise ValueError("source='manifest' needs manifest=<path to a .jsonl or .csv manifest>")
-        if source == "synthetic" and manifest:
-            raise ValueError(f"data.manifest={manifest!r} is given but data.source=synthetic would ignore it; "
-                             "drop data.source (a manifest selects the manifest source) or the manifest")
+        source = resolve_source(source, manifest)
         if tokens not in TOKENIZERS:
             raise ValueError(f"tokens={tokens!r} is not one of {TOKENIZERS}")
         drop = [str(t) for t in (drop_labels or [])]
