@@ -105,6 +105,10 @@ class ImageDataset(Dataset):
         return self.augment is not None
 
 
+#: ``augment.shift`` when not given, for images from files and torchvision (digits: 0.958 -> 0.972)
+DEFAULT_SHIFT = 0.125
+
+
 class Augment:
     """Label-preserving training augmentation of one image: a random shift by up to ``shift`` of its
     side (the image moves, its pixel mask with it, zeros come in at the border) and, with ``flip``, a
@@ -261,6 +265,9 @@ class ImageDataModule(TaskDataModule):
             image_size = {"shapes": 16, "cifar10": 32, "mnist": 28}[source]
         self.image_size = size_2d(image_size) if image_size is not None else None  # files: found in setup()
         augment = dict(augment or {})
+        if augment.get("shift") is None:  # by data kind: real images get shifts, the built-in shapes
+            # are drawn at random positions already (shifts there only slow a short run: 0.841 -> 0.732)
+            augment["shift"] = 0.0 if source == "shapes" else DEFAULT_SHIFT
         unknown = set(augment) - {"shift", "flip"}
         if unknown:
             raise ValueError(f"augment has unknown option(s) {sorted(unknown)}; expected shift, flip")

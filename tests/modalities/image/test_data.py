@@ -56,7 +56,7 @@ def test_folder_with_an_unreadable_file_is_an_error_that_names_it(tmp_path):
 def test_folder_skip_counts_and_logs_the_unreadable_file(tmp_path, caplog):
     root = _folder(tmp_path / "imgs")
     (root / ".DS_Store").write_bytes(b"junk")  # hidden files are ignored, and said so
-    dm = ImageDataModule(source="folder", path=str(root), image_size=8, on_bad_file="skip",
+    dm = ImageDataModule(source="folder", path=str(root), image_size=8, on_bad_file="skip", augment={"shift": 0},
                          val_fraction=0.2, test_fraction=0.2)
     with caplog.at_level(logging.WARNING, logger="seqattn.modalities.image"):
         dm.setup()
