@@ -95,42 +95,6 @@ def _layer_step(impl: str, cell: str, cfg: dict[str, Any], small: bool) -> tuple
     return step, info
 
 
-def _graph_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
-    """The graph attention of the molecule encoder: plan (once per forward) + 4 layers' attention,
-    forward + backward into q, k, v and the learned bias (the adapter's edge-feature + hop-distance
-    bias of these molecules; the projections around it are the same for every path and not timed)."""
-    import torch
-
-    from seqattn.core.plan import plan_attention
-    from seqattn.modalities.graph.adapter import GraphAdapter
-    from seqattn.modalities.graph.bench import _molecule_batch
-    from seqattn.modalities.graph.molecules import ATOM_FEATURES, BOND_FEATURES
-
-    torch.manual_seed(0)
-    graphs, hops = (4, 1) if small else (cfg["graphs"], cfg["hops"])
-    batch = _molecule_batch(graphs, hops)
-    adapter = GraphAdapter(64, ATOM_FEATURES, BOND_FEATURES, heads=4, hops=hops)
-    tokens = adapter(**{k: batch[k] for k in ("x", "mask", "edge_index", "edge_attr")})
-    b, n = tokens.mask.shape
-    bias = (tokens.edge_bias.detach() + 0.1 * torch.randn_like(tokens.edge_bias)).requires_grad_()
-    layers = [[torch.randn(b, n, 4, 16).transpose(1, 2).requires_grad_() for _ in range(3)] for _ in range(4)]
-    path, graph_path = {"dense_sdpa": ("dense", "dense"), "edge": ("edge", "edge"), "planned": (None, "auto")}[impl]
-    edges = int(tokens.edge_index.shape[1])
-    info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": n,
-                            "fill": edges / (b * n * n), "allowed_pairs": edges, "hops": hops}
-
-    def step():
-        plan = plan_attention(b, n, heads=4, dim=64, device=bias.device, mask=tokens.mask,
-                              edge_index=tokens.edge_index, edge_bias=bias, graph_path=graph_path, path=path)
-        loss = sum(plan.attend(q, k, v)[0].square().sum() for q, k, v in layers)
-        loss.backward()
-        for t in [bias] + [t for qkv in layers for t in qkv]:
-            t.grad = None
-        info["path"] = plan.path
-
-    return step, info
-
-
 def _weights_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
     import torch
 
@@ -151,11 +115,30 @@ def _weights_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable
     return step, {"length": length, "batch": 8, "heads": 8, "head_dim": 32}
 
 
+def modality_cells() -> dict[str, Callable]:
+    """Structure cells a modality's ``bench`` module declares (``STRUCTURE_CELLS = {name: step_fn}``),
+    found at run time like the suites (``seqattn.bench._suites``): e.g. ``graph_bias`` from the graph
+    modality, which owns the molecule batches it times."""
+    import importlib
+    import importlib.util
+    import pkgutil
+
+    import seqattn.modalities
+
+    cells: dict[str, Callable] = {}
+    for info in sorted(pkgutil.iter_modules(seqattn.modalities.__path__), key=lambda m: m.name):
+        name = f"{seqattn.modalities.__name__}.{info.name}.bench"
+        if info.ispkg and importlib.util.find_spec(name) is not None:
+            cells.update(getattr(importlib.import_module(name), "STRUCTURE_CELLS", {}))
+    return cells
+
+
 def build_step(cell: str, impl: str, cfg: dict[str, Any], small: bool = False):
     if cell in ("window", "varlen"):
         return _layer_step(impl, cell, cfg, small)
-    if cell == "graph_bias":
-        return _graph_step(impl, cfg, small)
+    declared = modality_cells()
+    if cell in declared:
+        return declared[cell](impl, cfg, small)
     if cell == "weights":
         return _weights_step(impl, cfg, small)
     raise ValueError(f"unknown cell {cell!r}")

@@ -14,12 +14,31 @@ same split, 20 MFCCs summarised per clip + logistic regression
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from seqattn.bench.real import Context, Result, command_line, run_recipe
-from seqattn.modalities.audio.reference import mfcc_logreg, run_overrides
 
 SEEDS = 3
+#: the recipe's command for a manifest, and the log-mel CNN reference (the same recipe, another encoder)
+RUNS = {"attention": [], "logmel_cnn": ["model=logmel_cnn", "head.pooling=mean"]}
+
+
+def run_overrides(manifest: Path, name: str) -> list[str]:
+    return ["task=speech_cls", f"data.manifest={manifest}", *RUNS[name]]
+
+
+def mfcc_logreg(manifest: Path) -> dict:
+    """``python -m seqattn.modalities.audio.reference MANIFEST`` (MFCC + logistic regression on the recipe's
+    split), run as a user would; its JSON line."""
+    proc = subprocess.run([sys.executable, "-m", "seqattn.modalities.audio.reference", str(manifest)],
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the MFCC reference failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def case_spoken_words(ctx: Context) -> Result:

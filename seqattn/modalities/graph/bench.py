@@ -304,3 +304,43 @@ def run(args: argparse.Namespace) -> int:
             targets.append(f"target auto within 10% of the faster path (hops={hops}): not measured")
     bench_core.write_report(args, command, lines + targets, cells, targets, load_before, os.getloadavg())
     return 0
+
+
+# --------------------------------------------------------------------------- a structure cell of bench core
+def graph_bias_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    """The graph attention of the molecule encoder: plan (once per forward) + 4 layers' attention,
+    forward + backward into q, k, v and the learned bias (the adapter's edge-feature + hop-distance
+    bias of these molecules; the projections around it are the same for every path and not timed)."""
+    import torch
+
+    from seqattn.core.plan import plan_attention
+    from seqattn.modalities.graph.adapter import GraphAdapter
+    from seqattn.modalities.graph.molecules import ATOM_FEATURES, BOND_FEATURES
+
+    torch.manual_seed(0)
+    graphs, hops = (4, 1) if small else (cfg["graphs"], cfg["hops"])
+    batch = _molecule_batch(graphs, hops)
+    adapter = GraphAdapter(64, ATOM_FEATURES, BOND_FEATURES, heads=4, hops=hops)
+    tokens = adapter(**{k: batch[k] for k in ("x", "mask", "edge_index", "edge_attr")})
+    b, n = tokens.mask.shape
+    bias = (tokens.edge_bias.detach() + 0.1 * torch.randn_like(tokens.edge_bias)).requires_grad_()
+    layers = [[torch.randn(b, n, 4, 16).transpose(1, 2).requires_grad_() for _ in range(3)] for _ in range(4)]
+    path, graph_path = {"dense_sdpa": ("dense", "dense"), "edge": ("edge", "edge"), "planned": (None, "auto")}[impl]
+    edges = int(tokens.edge_index.shape[1])
+    info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": n,
+                            "fill": edges / (b * n * n), "allowed_pairs": edges, "hops": hops}
+
+    def step():
+        plan = plan_attention(b, n, heads=4, dim=64, device=bias.device, mask=tokens.mask,
+                              edge_index=tokens.edge_index, edge_bias=bias, graph_path=graph_path, path=path)
+        loss = sum(plan.attend(q, k, v)[0].square().sum() for q, k, v in layers)
+        loss.backward()
+        for t in [bias] + [t for qkv in layers for t in qkv]:
+            t.grad = None
+        info["path"] = plan.path
+
+    return step, info
+
+
+#: cells of ``python -m seqattn.bench core --cells`` this modality owns (``seqattn.bench.structure``)
+STRUCTURE_CELLS = {"graph_bias": graph_bias_step}
