@@ -29,8 +29,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-import soundfile as sf
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -39,9 +37,9 @@ from seqattn.datakit.module import TaskDataModule
 from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import split, split_indices
 from seqattn.labels import is_missing, split_name
-from seqattn.modalities.audio.data import AudioFileDataset
+from seqattn.modalities.audio.data import audio_predict_loader, resampled_length, warn_short
 from seqattn.modalities.audio.features import load_audio, ms_to_samples
-from seqattn.modalities.audio.manifest import read_audio_list, read_clip_manifest, resolve_source
+from seqattn.modalities.audio.manifest import read_clip_manifest, resolve_source
 from seqattn.modalities.audio.words import generate_words_corpus
 
 log = logging.getLogger("seqattn.modalities.audio.clips")
@@ -199,17 +197,11 @@ class ClipDataModule(TaskDataModule):
     def _drop_short(self, name: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         kept, short = [], []
         for it in items:
-            try:
-                info = sf.info(it["path"])
-            except Exception as err:  # LibsndfileError / RuntimeError
-                raise ValueError(f"{it['where']}: cannot read audio file {it['path']}: {err}") from err
-            if int(np.ceil(info.frames * self.sample_rate / info.samplerate)) < self.win:
+            if resampled_length(it, self.sample_rate)[0] < self.win:
                 short.append(it["where"])
             else:
                 kept.append(it)
-        if short:
-            log.warning("skipped %d %s clip(s) shorter than one %d-sample window: %s%s", len(short), name, self.win,
-                        short[:5], " ..." if len(short) > 5 else "")
+        warn_short(short, name, self.win, what="clip")
         return kept
 
     def setup(self, stage: str | None = None) -> None:
@@ -250,13 +242,7 @@ class ClipDataModule(TaskDataModule):
         """Batches of unlabelled clips: an audio file, a folder of audio files (recursive) or a
         manifest (labels ignored). Batches: ``waveform [B, T]``, ``lengths [B]``, ``ids``. Needs no
         ``setup()``."""
-        if batch_size is not None and batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
-        bad: list[tuple[str, str]] = []
-        items = read_audio_list(source, self.encoding, skipped=bad if self.on_error == "skip" else None)
-        self.record_skipped(bad)
-        dataset = AudioFileDataset(items, self.sample_rate, self.win)
-        return self.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"], collate=collate_clips)
+        return audio_predict_loader(self, source, batch_size, collate=collate_clips)
 
     def describe(self, batch: Mapping[str, Any]) -> list[Item]:
         """Per clip: its id and ``duration_s`` (rows add ``label``, ``prob`` and ``probs``)."""

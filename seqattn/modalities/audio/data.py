@@ -143,6 +143,37 @@ def frames_to_segments(labels: Sequence[str], num_samples: int, sample_rate: int
 # DataModule
 
 
+def resampled_length(item: Mapping[str, Any], sample_rate: int) -> tuple[int, float]:
+    """``(samples after resampling to sample_rate, duration in seconds)`` of a manifest item's audio
+    file, from its header; an unreadable file is a ``ValueError`` naming the manifest line."""
+    try:
+        info = sf.info(item["path"])
+    except Exception as err:  # LibsndfileError / RuntimeError
+        raise ValueError(f"{item['where']}: cannot read audio file {item['path']}: {err}") from err
+    return int(np.ceil(info.frames * sample_rate / info.samplerate)), info.frames / info.samplerate
+
+
+def warn_short(short: Sequence[str], split_name: str, win: int, what: str = "utterance") -> None:
+    """Log the items (``file:line``) left out for being shorter than one analysis window."""
+    if short:
+        log.warning("skipped %d %s %s(s) shorter than one %d-sample window: %s%s", len(short), split_name, what, win,
+                    list(short[:5]), " ..." if len(short) > 5 else "")
+
+
+def audio_predict_loader(dm: TaskDataModule, source: str | Path, batch_size: int | None,
+                         collate: Any = None) -> DataLoader:
+    """The predict loader of every audio DataModule: an audio file, a folder of audio files or a manifest
+    (:func:`~seqattn.modalities.audio.manifest.read_audio_list`) -> batches of ``waveform [B, T]``,
+    ``lengths [B]``, ``ids``; unreadable inputs skipped and recorded (``on_error="skip"``) or raised."""
+    if batch_size is not None and batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    bad: list[tuple[str, str]] = []
+    items = read_audio_list(source, dm.encoding, skipped=bad if dm.on_error == "skip" else None)
+    dm.record_skipped(bad)
+    dataset = AudioFileDataset(items, dm.sample_rate, dm.win)
+    return dm.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"], collate=collate)
+
+
 class SpeechDataModule(TaskDataModule):
     """Frame-level phone labelling data: the built-in synthetic corpus or a user manifest.
 
@@ -254,12 +285,8 @@ class SpeechDataModule(TaskDataModule):
         """Skip (and count) files shorter than one analysis window; count unlabelled frames."""
         kept, short, unlabelled, total = [], [], 0, 0
         for it in items:
-            try:
-                info = sf.info(it["path"])
-            except Exception as err:  # LibsndfileError / RuntimeError
-                raise ValueError(f"{it['where']}: cannot read audio file {it['path']}: {err}") from err
-            n = int(np.ceil(info.frames * self.sample_rate / info.samplerate))  # after resampling
-            self._check_times(it, info.frames / info.samplerate)
+            n, duration = resampled_length(it, self.sample_rate)
+            self._check_times(it, duration)
             if n < self.win:
                 short.append(it["where"])
                 continue
@@ -270,9 +297,7 @@ class SpeechDataModule(TaskDataModule):
                 covered |= (centres >= round(s * self.sample_rate)) & (centres < round(e * self.sample_rate))
             unlabelled += int((~covered).sum())
             total += centres.size
-        if short:
-            log.warning("skipped %d %s utterance(s) shorter than one %d-sample window: %s%s", len(short), split_name,
-                        self.win, short[:5], " ..." if len(short) > 5 else "")
+        warn_short(short, split_name, self.win)
         if unlabelled:
             fate = f"labelled {self.default_label!r}" if self.default_label else "ignored (-100)"
             log.warning("%d of %d %s frames are covered by no segment: %s", unlabelled, total, split_name, fate)
@@ -287,13 +312,7 @@ class SpeechDataModule(TaskDataModule):
         """Batches of unlabelled audio: an audio file, a folder of audio files or a manifest (see
         :func:`~seqattn.modalities.audio.manifest.read_audio_list`). Batches: ``waveform [B, T]``,
         ``lengths [B]``, ``ids``. Needs no ``setup()``: the framing comes from this datamodule's config."""
-        if batch_size is not None and batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
-        bad: list[tuple[str, str]] = []
-        items = read_audio_list(source, self.encoding, skipped=bad if self.on_error == "skip" else None)
-        self.record_skipped(bad)
-        dataset = AudioFileDataset(items, self.sample_rate, self.win)
-        return self.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"])
+        return audio_predict_loader(self, source, batch_size)
 
     def describe(self, batch: Mapping[str, Any]) -> list[Item]:
         """Per utterance: ``duration_s``, ``hop_s`` and the time span of each frame (rows get ``segments``)."""

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import soundfile as sf
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -43,9 +42,9 @@ from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import split
 from seqattn.labels import IGNORE_INDEX
 from seqattn.modalities.audio.corpus import PHONES, generate_speech_corpus
-from seqattn.modalities.audio.data import AudioFileDataset, collate_audio
+from seqattn.modalities.audio.data import audio_predict_loader, collate_audio, resampled_length, warn_short
 from seqattn.modalities.audio.features import load_audio, ms_to_samples, num_frames
-from seqattn.modalities.audio.manifest import read_audio_list, read_manifest, resolve_source
+from seqattn.modalities.audio.manifest import read_manifest, resolve_source
 
 log = logging.getLogger("seqattn.modalities.audio")
 
@@ -239,11 +238,7 @@ class SpeechSequenceDataModule(TaskDataModule):
         frames can align (CTC needs at least ``length + repeats`` frames, before any subsampling)."""
         kept, short, tight = [], [], 0
         for it in items:
-            try:
-                info = sf.info(it["path"])
-            except Exception as err:  # LibsndfileError / RuntimeError
-                raise ValueError(f"{it['where']}: cannot read audio file {it['path']}: {err}") from err
-            n = int(np.ceil(info.frames * self.sample_rate / info.samplerate))  # after resampling
+            n, _ = resampled_length(it, self.sample_rate)
             if n < self.win:
                 short.append(it["where"])
                 continue
@@ -251,9 +246,7 @@ class SpeechSequenceDataModule(TaskDataModule):
             need = len(seq) + sum(a == b for a, b in zip(seq, seq[1:]))
             tight += int(num_frames(n, self.win, self.hop) < need)
             kept.append(it)
-        if short:
-            log.warning("skipped %d %s utterance(s) shorter than one %d-sample window: %s%s", len(short), split_name,
-                        self.win, short[:5], " ..." if len(short) > 5 else "")
+        warn_short(short, split_name, self.win)
         if tight:
             log.warning("%d %s utterance(s) have fewer frames than their target has tokens (+ repeats): CTC cannot "
                         "align them (their loss is zeroed and counted as ctc_infeasible)", tight, split_name)
@@ -269,13 +262,7 @@ class SpeechSequenceDataModule(TaskDataModule):
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
         """Batches of unlabelled audio (a file, a folder, a manifest: see
         :func:`~seqattn.modalities.audio.manifest.read_audio_list`): ``waveform``, ``lengths``, ``ids``."""
-        if batch_size is not None and batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
-        bad: list[tuple[str, str]] = []
-        items = read_audio_list(source, self.encoding, skipped=bad if self.on_error == "skip" else None)
-        self.record_skipped(bad)
-        dataset = AudioFileDataset(items, self.sample_rate, self.win)
-        return self.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"], collate=collate_audio)
+        return audio_predict_loader(self, source, batch_size, collate=collate_audio)
 
     def describe(self, batch: Mapping[str, Any]) -> list[Item]:
         """Per utterance: its id and ``duration_s`` (rows get the decoded ``sequence``)."""
