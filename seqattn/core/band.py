@@ -25,6 +25,14 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from seqattn.core.checks import tracing
+from seqattn.core.fused import cpu_flash_available
+
+#: the fused CPU path works through the blocks in chunks whose gathered keys hold at most this many
+#: elements (times 4 buffers: keys, values and their gradients), so the gathered spans never all
+#: live at once: peak memory stays below the dense-mask path's (python -m seqattn.bench core)
+CHUNK_ELEMENTS = 1 << 17
+
 
 @dataclass
 class BandLayout:
@@ -155,7 +163,149 @@ def band_attention(
     scale: float | None = None,
 ) -> torch.Tensor:
     """Exact band attention. ``q, k [B, H, L, D]``, ``v [B, H, L, E]`` -> ``[B, H, L, E]``
-    (``L = G + T``; padded query rows are NOT zeroed here: the caller zeroes them once)."""
+    (``L = G + T``; padded query rows are NOT zeroed here: the caller zeroes them once).
+
+    On CPU without dropout the structured queries go through :class:`BandFlashCPU` (the fused
+    kernel called directly, chunk by chunk, the gathered spans recomputed in backward instead of
+    kept); elsewhere through :func:`band_attention_autograd`."""
+    b, h, length, _ = q.shape
+    g, tokens = layout.num_global, layout.tokens
+    assert length == g + tokens and b == layout.batch, (q.shape, g, tokens, layout.batch)
+    if not cpu_flash_available(q, dropout_p) or tracing():
+        return band_attention_autograd(q, k, v, layout, dropout_p, scale)
+    out = BandFlashCPU.apply(q[:, :, g:], k, v, layout, scale)  # [B, N·q, H, E]
+    out = out[:, :tokens]  # [B, T, H, E]
+    if g:
+        glob = F.scaled_dot_product_attention(q[:, :, :g], k, v, attn_mask=layout.global_keys, scale=scale)
+        out = torch.cat([glob.transpose(1, 2), out], dim=1)  # [B, L, H, E]
+    return out.transpose(1, 2)  # [B, H, L, E]
+
+
+def _tiles(layout: BandLayout, heads: int, width: int):
+    """Chunks ``(b0, b1, n0, n1)`` of (batch rows, blocks) whose gathered keys ``[.., H, G + s, D]``
+    hold about :data:`CHUNK_ELEMENTS` elements: whole rows when one row fits, else block ranges."""
+    per_block = heads * (layout.num_global + layout.span) * width
+    blocks_per_chunk = max(1, CHUNK_ELEMENTS // per_block)
+    if blocks_per_chunk >= layout.blocks:
+        rows = max(1, blocks_per_chunk // layout.blocks)
+        for b0 in range(0, layout.batch, rows):
+            yield b0, min(layout.batch, b0 + rows), 0, layout.blocks
+    else:
+        for b0 in range(layout.batch):
+            for n0 in range(0, layout.blocks, blocks_per_chunk):
+                yield b0, b0 + 1, n0, min(layout.blocks, n0 + blocks_per_chunk)
+
+
+def _gather(t: torch.Tensor, layout: BandLayout, b0: int, b1: int, n0: int, n1: int, before: int, after: int,
+            offset: int = 0, glob: torch.Tensor | None = None) -> torch.Tensor:
+    """Tokens of blocks ``n0..n1`` of rows ``b0..b1`` from ``t [B, H, offset + T, D]`` (structured
+    tokens from ``offset``): ``[(b1-b0)·(n1-n0), H, (G +) width, D]`` with ``width = before + q +
+    after`` (block ``n`` covers ``[n·q - before, n·q + q + after)``; zeros outside ``[0, T)``), a copy
+    of the tile only; the ``G`` global tokens ``glob [B, H, G, D]`` first when given."""
+    nb, nn, block, tokens = b1 - b0, n1 - n0, layout.block, layout.tokens
+    h, d = t.shape[1], t.shape[3]
+    start, stop = n0 * block - before, n1 * block + after
+    lo, hi = max(0, start), min(tokens, stop)
+    part = t[b0:b1, :, offset + lo: offset + max(lo, hi)]  # [nb, H, hi - lo, D] (a view)
+    if lo - start or stop - hi:
+        part = F.pad(part, (0, 0, lo - start, stop - max(lo, hi)))  # [nb, H, stop - start, D]
+    if before == 0 and after == 0:
+        part = part.reshape(nb, h, nn, block, d)  # [nb, H, n, q, D]
+    else:
+        part = part.unfold(2, before + block + after, block).transpose(-1, -2)  # [nb, H, n, width, D]
+    if glob is not None:
+        part = torch.cat([glob[b0:b1, :, None].expand(nb, h, nn, *glob.shape[2:]), part], dim=3)
+    return part.transpose(1, 2).reshape(nb * nn, h, part.shape[3], d)  # [nb·n, H, (G+)width, D]
+
+
+class BandFlashCPU(torch.autograd.Function):
+    """The structured queries of :func:`band_attention` through the CPU flash kernel, chunk by chunk
+    (:func:`_tiles`): ``q [B, H, T, D]`` (structured queries), ``k [B, H, G + T, D]``, ``v [B, H, G + T, E]``
+    -> ``[B, N·q, H, E]`` (token-major; rows past ``T`` are padding). Only ``q, k, v``, the output and
+    the logsumexp are kept for backward; each chunk's key/value spans are gathered again there and
+    their gradients added back into ``dk, dv`` (overlap-add). No dropout."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, layout: BandLayout, scale):
+        b, h, tokens, d = q.shape
+        g, e = layout.num_global, v.shape[-1]
+        glob_k, glob_v = (k[:, :, :g], v[:, :, :g]) if g else (None, None)
+        out = q.new_empty(b * layout.blocks, layout.block, h, e)  # [B·N, q, H, E]
+        lse = None  # [B·N, H, q], in the dtype the kernel returns
+        for b0, b1, n0, n1 in _tiles(layout, h, max(d, e)):
+            rows = _rows(layout, b0, b1, n0, n1)
+            qc = _gather(q, layout, b0, b1, n0, n1, 0, 0)
+            kc = _gather(k, layout, b0, b1, n0, n1, layout.left, layout.right, g, glob_k)
+            vc = _gather(v, layout, b0, b1, n0, n1, layout.left, layout.right, g, glob_v)
+            oc, lc = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                qc, kc, vc, 0.0, False, attn_mask=_chunk_mask(layout, rows, q.dtype), scale=scale)
+            out[rows] = oc.transpose(1, 2)
+            if lse is None:
+                lse = lc.new_empty(b * layout.blocks, h, layout.block)
+            lse[rows] = lc
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.layout, ctx.scale = layout, scale
+        return out.view(b, layout.blocks * layout.block, h, e)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        q, k, v, out, lse = ctx.saved_tensors
+        layout, scale = ctx.layout, ctx.scale
+        b, h, tokens, d = q.shape
+        g, e = layout.num_global, v.shape[-1]
+        left, right, block, span = layout.left, layout.right, layout.block, layout.span
+        glob_k, glob_v = (k[:, :, :g], v[:, :, :g]) if g else (None, None)
+        grad = grad.reshape(b * layout.blocks, block, h, e)  # [B·N, q, H, E]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for b0, b1, n0, n1 in _tiles(layout, h, max(d, e)):
+            rows = _rows(layout, b0, b1, n0, n1)
+            nb, nn = b1 - b0, n1 - n0
+            qc = _gather(q, layout, b0, b1, n0, n1, 0, 0)
+            kc = _gather(k, layout, b0, b1, n0, n1, left, right, g, glob_k)
+            vc = _gather(v, layout, b0, b1, n0, n1, left, right, g, glob_v)
+            dqc, dkc, dvc = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                grad[rows].transpose(1, 2), qc, kc, vc, out[rows].transpose(1, 2), lse[rows], 0.0, False,
+                attn_mask=_chunk_mask(layout, rows, q.dtype), scale=scale)
+            stop = min(tokens, n1 * block)
+            dq[b0:b1, :, n0 * block:stop] = dqc.reshape(nb, nn, h, block, d).transpose(1, 2).reshape(
+                nb, h, nn * block, d)[:, :, :stop - n0 * block]
+            for acc, grad_c, width in ((dk, dkc, d), (dv, dvc, e)):
+                grad_c = grad_c.reshape(nb, nn, h, g + span, width)
+                if g:
+                    acc[b0:b1, :, :g] += grad_c[:, :, :, :g].sum(1)
+                # overlap-add: block n's span starts at token n·q - left (parts outside [0, T) dropped)
+                for j in range(nn):
+                    start = (n0 + j) * block - left
+                    lo, hi = max(0, start), min(tokens, start + span)
+                    if hi > lo:
+                        acc[b0:b1, :, g + lo:g + hi] += grad_c[:, j, :, g + lo - start:g + hi - start]
+        return dq, dk, dv, None, None
+
+
+def _rows(layout: BandLayout, b0: int, b1: int, n0: int, n1: int) -> torch.Tensor | slice:
+    """Indices into the ``B·N`` block axis of the tile."""
+    if n0 == 0 and n1 == layout.blocks:
+        return slice(b0 * layout.blocks, b1 * layout.blocks)
+    return slice(b0 * layout.blocks + n0, b0 * layout.blocks + n1)  # one row
+
+
+def _chunk_mask(layout: BandLayout, rows: slice, dtype: torch.dtype) -> torch.Tensor:
+    """The tile's additive mask ``[nb·n, 1, q, G + s]`` (0 / -inf) in ``dtype``."""
+    allowed = layout.allowed[rows]
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
+def band_attention_autograd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: BandLayout,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """:func:`band_attention` through autograd (dropout, GPU, tracing and compile): every block's
+    span gathered at once (``[B·N, H, G + s, D]`` keys and values, kept for backward)."""
     b, h, length, _ = q.shape
     g, tokens = layout.num_global, layout.tokens
     assert length == g + tokens and b == layout.batch, (q.shape, g, tokens, layout.batch)

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from seqattn.core.checks import tracing
+from seqattn.core.fused import cpu_flash_available
+
 
 @dataclass
 class Bucket:
@@ -81,7 +84,95 @@ def varlen_attention(
     """``q, k [B, H, L, D]``, ``v [B, H, L, E]`` -> ``[B, H, L, E]``: one fused call per bucket.
 
     ``causal``: ``j <= i`` inside each sequence (``is_causal``; with right padding a real query
-    never reaches a padded key, so no key mask is needed then)."""
+    never reaches a padded key, so no key mask is needed then). On CPU without dropout through
+    :class:`VarlenFlashCPU` (gradients written once into ``dq, dk, dv``); elsewhere through autograd
+    (:func:`varlen_attention_autograd`)."""
+    if not cpu_flash_available(q, dropout_p) or tracing():
+        return varlen_attention_autograd(q, k, v, layout, dropout_p, scale, causal)
+    return VarlenFlashCPU.apply(q, k, v, layout, scale, causal).transpose(1, 2)
+
+
+def _bucket_views(bucket: Bucket, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """The bucket's rows of ``[B, H, L, X]`` tensors cut to its length: ``[n, H, m, X]`` (a view for
+    one row, a copy otherwise)."""
+    m = bucket.length
+    if bucket.row is not None:
+        return [t[bucket.row:bucket.row + 1, :, :m] for t in tensors]
+    return [t[:, :, :m].index_select(0, bucket.index) for t in tensors]
+
+
+def _bucket_store(target: torch.Tensor, bucket: Bucket, piece: torch.Tensor) -> None:
+    """Write ``piece [n, H, m, X]`` into the bucket's rows of ``target [B, H, L, X]`` (a view)."""
+    m = bucket.length
+    if bucket.row is not None:
+        target[bucket.row:bucket.row + 1, :, :m] = piece
+    else:
+        target[:, :, :m].index_copy_(0, bucket.index, piece)
+
+
+class VarlenFlashCPU(torch.autograd.Function):
+    """Per-bucket CPU flash calls: ``q, k [B, H, L, D]``, ``v [B, H, L, E]`` -> ``[B, L, H, E]``
+    (token-major; padded tails zero). Backward calls the kernel's backward per bucket with the saved
+    logsumexp and writes each bucket's gradient into ``dq, dk, dv`` once (autograd would add a
+    full-size zero tensor per slice). No dropout."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, layout: VarlenLayout, scale, causal):
+        b, h, length, e = v.shape
+        out = v.new_zeros(b, length, h, e)  # token-major, like the kernel's own output
+        out_h = out.transpose(1, 2)  # [B, H, L, E] view
+        lses = []
+        for bucket in layout.buckets:
+            if bucket.length == 0:  # sequences without a real token
+                lses.append(None)
+                continue
+            qb, kb, vb = _bucket_views(bucket, q, k, v)
+            mask = None if (causal or bucket.key_mask is None) else _additive(bucket.key_mask, q.dtype)
+            piece, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                qb, kb, vb, 0.0, causal, attn_mask=mask, scale=scale)  # [n, H, m, E], [n, H, m]
+            _bucket_store(out_h, bucket, piece)
+            lses.append(lse)
+        ctx.save_for_backward(q, k, v, out, *[t for t in lses if t is not None])
+        ctx.has_lse = [t is not None for t in lses]
+        ctx.layout, ctx.scale, ctx.causal = layout, scale, causal
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        q, k, v, out, *saved = ctx.saved_tensors
+        layout, scale, causal = ctx.layout, ctx.scale, ctx.causal
+        grad_h = grad.contiguous().transpose(1, 2)  # [B, H, L, E], token-major storage like out
+        out_h = out.transpose(1, 2)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        lses = iter(saved)
+        for bucket, has in zip(layout.buckets, ctx.has_lse):
+            if not has:
+                continue
+            lse = next(lses)
+            qb, kb, vb, ob, gb = _bucket_views(bucket, q, k, v, out_h, grad_h)
+            mask = None if (causal or bucket.key_mask is None) else _additive(bucket.key_mask, q.dtype)
+            dqb, dkb, dvb = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                gb, qb, kb, vb, ob, lse, 0.0, causal, attn_mask=mask, scale=scale)
+            for target, piece in ((dq, dqb), (dk, dkb), (dv, dvb)):
+                _bucket_store(target, bucket, piece)
+        return dq, dk, dv, None, None, None
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
+def varlen_attention_autograd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: VarlenLayout,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """:func:`varlen_attention` through autograd (dropout, GPU, tracing and compile)."""
     b, h, _, e = v.shape
     out = v.new_zeros(b, h, layout.length, e)  # rows of empty sequences and padded tails stay zero
     for bucket in layout.buckets:

@@ -45,10 +45,24 @@ def _check(plan, q, k, v, struct, mask, expected_path, atol=2e-5):
         torch.testing.assert_close(a, b, atol=atol, rtol=1e-4)
 
 
+@pytest.fixture(params=["flash", "flash_one_block_per_chunk", "autograd"])
+def band_kernel(request, monkeypatch):
+    """The band kernel's three ways: the chunked CPU flash function with its default chunks, with one
+    block per chunk (the block-range tiles and the overlap-add across chunks), and the autograd path
+    (dropout, GPU, compile)."""
+    import seqattn.core.band as band
+
+    if request.param == "flash_one_block_per_chunk":
+        monkeypatch.setattr(band, "CHUNK_ELEMENTS", 1)
+    elif request.param == "autograd":
+        monkeypatch.setattr(band, "cpu_flash_available", lambda *a, **k: False)
+    return request.param
+
+
 @pytest.mark.parametrize("window,causal", [(3, False), (40, False), (5, True), (0, False)])
 @pytest.mark.parametrize("lengths", [None, [150, 97, 0]])
 @pytest.mark.parametrize("num_global", [0, 1])
-def test_band_equals_math_1d(window, causal, lengths, num_global):
+def test_band_equals_math_1d(window, causal, lengths, num_global, band_kernel):
     b, h, length, d = 3, 2, 150, 8
     mask = None if lengths is None else _lengths_mask(lengths, length)
     if mask is not None and num_global:
@@ -64,7 +78,7 @@ def test_band_equals_math_1d(window, causal, lengths, num_global):
 @pytest.mark.parametrize("grid,k_win", [((12, 11), 3), ((9, 16), 5), ((4, 4), 9)])
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("num_global", [0, 1])
-def test_band_equals_math_grid(grid, k_win, padded, num_global):
+def test_band_equals_math_grid(grid, k_win, padded, num_global, band_kernel):
     b, h, d = 2, 2, 8
     length = grid[0] * grid[1] + num_global
     mask = None
@@ -86,8 +100,18 @@ def test_structure_mask_matches_the_mask_helpers():
     assert structure_mask(7) is None
 
 
+@pytest.fixture(params=["flash", "autograd"])
+def varlen_kernel(request, monkeypatch):
+    """Per-bucket dispatch through the CPU flash function, or through autograd (dropout, GPU, compile)."""
+    if request.param == "autograd":
+        import seqattn.core.varlen as varlen
+
+        monkeypatch.setattr(varlen, "cpu_flash_available", lambda *a, **k: False)
+    return request.param
+
+
 @pytest.mark.parametrize("causal", [False, True])
-def test_varlen_equals_math(causal):
+def test_varlen_equals_math(causal, varlen_kernel):
     b, h, length, d = 6, 2, 140, 8
     lengths = [140, 30, 120, 0, 131, 64]
     mask = _lengths_mask(lengths, length)
