@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-TASKS = ("speech", "text_tagging", "text_cls", "image", "molecule", "social")
+TASKS = ("speech", "speech_cls", "speech_ctc", "text_tagging", "text_cls", "image", "molecule", "social")
 QUIET = ("trainer.enable_progress_bar=false",)
 
 
