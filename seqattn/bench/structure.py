@@ -10,7 +10,8 @@ path vs the planned kernel, forward + backward, side by side in one run, each ce
   16) on 128 NCI molecules of 20-30 atoms, with the graph adapter's learned edge-feature + hop-
   distance bias (hops 1 and 3), forward + backward of the attention (plan + kernels): ``dense_sdpa``
   (the float bias that requires grad sends SDPA to its math path) and ``edge`` are today's two paths
-  (today's ``auto`` took the edge path below a 0.15 fill); ``planned`` = the planner's choice.
+  (today's ``auto`` took the edge path below a 0.15 fill); ``biased`` = the planner's fused biased
+  path forced (custom autograd, the bias gradient at the edges only); ``planned`` = the planner's choice.
 - ``weights``: a training step (forward + backward) of a 4-layer encoder (width 256, 8 heads,
   batch 8, L 512) without weights, and with ``return_attention=[-1]`` (the plotted layer only).
 
@@ -29,7 +30,7 @@ CELLS = ("window", "varlen", "graph_bias", "weights")
 IMPLS = {
     "window": ("sdpa_mask", "planned"),
     "varlen": ("sdpa_padded", "planned"),
-    "graph_bias": ("dense_sdpa", "edge", "planned"),
+    "graph_bias": ("dense_sdpa", "edge", "biased", "planned"),
     "weights": ("no_weights", "one_layer_weights"),
 }
 

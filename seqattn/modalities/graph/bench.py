@@ -325,7 +325,8 @@ def graph_bias_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callab
     b, n = tokens.mask.shape
     bias = (tokens.edge_bias.detach() + 0.1 * torch.randn_like(tokens.edge_bias)).requires_grad_()
     layers = [[torch.randn(b, n, 4, 16).transpose(1, 2).requires_grad_() for _ in range(3)] for _ in range(4)]
-    path, graph_path = {"dense_sdpa": ("dense", "dense"), "edge": ("edge", "edge"), "planned": (None, "auto")}[impl]
+    path, graph_path = {"dense_sdpa": ("dense", "dense"), "edge": ("edge", "edge"), "biased": ("biased", "auto"),
+                        "planned": (None, "auto")}[impl]
     edges = int(tokens.edge_index.shape[1])
     info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": n,
                             "fill": edges / (b * n * n), "allowed_pairs": edges, "hops": hops}
