@@ -74,7 +74,7 @@ def test_core_suite_structure_cells_tiny(tmp_path):
     assert {(c["cell"], c["impl"]) for c in cells} == {
         ("window", "sdpa_mask"), ("window", "planned"), ("varlen", "sdpa_padded"), ("varlen", "planned"),
         ("graph_bias", "dense_sdpa"), ("graph_bias", "edge"), ("graph_bias", "biased"), ("graph_bias", "planned"),
-        ("weights", "no_weights"), ("weights", "one_layer_weights")}
+        ("weights", "no_weights"), ("weights", "one_layer_weights"), ("weights", "one_layer_one_item")}
     assert all(c["status"] == "ok" and c["time_ms"] > 0 for c in cells)
     paths = {(c["cell"], c["impl"]): c.get("path") for c in cells}
     assert paths[("window", "planned")] == "band" and paths[("varlen", "planned")] == "varlen"

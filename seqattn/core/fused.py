@@ -139,8 +139,13 @@ def weights_from_lse(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None
     """Exact attention weights ``[B, H, L, S]`` of a fused call: ``exp(q kᵀ·scale + mask − lse)``
     (no gradient; the caller zeroes dead / padded rows)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    b, h, n, d = q.shape
+    s = k.shape[2]
     with torch.no_grad():
-        scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # [B, H, L, S]
+        # q kᵀ·scale − lse in one pass: the logsumexp is the matmul's additive input
+        base = lse.to(q.dtype).neg().reshape(b * h, n, 1).expand(b * h, n, s)
+        scores = torch.baddbmm(base, q.reshape(b * h, n, d), k.reshape(b * h, s, d).transpose(1, 2),
+                               alpha=scale).view(b, h, n, s)  # [B, H, L, S]
         if mask is not None:
             scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
-        return scores.sub_(lse.unsqueeze(-1).to(scores.dtype)).exp_()
+        return scores.exp_()
