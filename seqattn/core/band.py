@@ -13,6 +13,13 @@ mask. The mask inside a span is the same for every block (a window is translatio
 is built once per forward, with the key padding, by :func:`band_layout`. Global tokens (CLS /
 virtual node) are one more fused call over all keys, and every block also sees them.
 
+On CPU without dropout (:class:`BandFlashCPU`) the blocks go through the flash kernel in chunks
+(:func:`_tiles`, :data:`CHUNK_ELEMENTS`) and backward gathers each chunk's spans again instead of
+keeping every span from the forward: only ``q, k, v``, the output and the logsumexp are saved, so
+peak memory stays below the dense mask's (the gathered spans are ``s / q`` times the keys). On GPU,
+with dropout and under ``torch.compile`` one call over all blocks goes through autograd
+(:func:`band_attention_autograd`).
+
 Work: ``T·(g + s)`` pairs instead of ``L²``; the result, values and gradients, equals the dense
 reference mask of :func:`seqattn.core.masks.structure_mask` (tests prove it). Padded queries
 (``mask`` False) give zeros.
