@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from seqattn.core.checks import tracing
 from seqattn.core.fused import cpu_flash_available
+from seqattn.core.masks import additive_mask
 
 #: the fused CPU path works through the blocks in chunks whose gathered keys hold at most this many
 #: elements (times 4 buffers: keys, values and their gradients), so the gathered spans never all
@@ -79,8 +80,7 @@ class BandLayout:
         """The additive mask in ``dtype`` (0 / -inf), converted once per forward and dtype (the fused
         kernel would convert a bool mask on every call)."""
         if dtype not in self._float:
-            self._float[dtype] = torch.zeros(self.allowed.shape, dtype=dtype, device=self.allowed.device).masked_fill(
-                ~self.allowed, float("-inf"))
+            self._float[dtype] = additive_mask(self.allowed, dtype)
         return self._float[dtype]
 
 
@@ -299,8 +299,7 @@ def _rows(layout: BandLayout, b0: int, b1: int, n0: int, n1: int) -> torch.Tenso
 
 def _chunk_mask(layout: BandLayout, rows: slice, dtype: torch.dtype) -> torch.Tensor:
     """The tile's additive mask ``[nb·n, 1, q, G + s]`` (0 / -inf) in ``dtype``."""
-    allowed = layout.allowed[rows]
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+    return additive_mask(layout.allowed[rows], dtype)
 
 
 def band_attention_autograd(

@@ -197,6 +197,12 @@ def build_attention_mask(
     return struct.masked_fill(~key, float("-inf"))  # [B, H|1, L, S]
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Bool ``allowed`` (True = may attend), any shape -> the same shape in ``dtype``: 0 where allowed,
+    ``-inf`` elsewhere (the form the fused CPU kernel takes; it would convert a bool mask per call)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
 def dead_rows(attn_mask: torch.Tensor) -> torch.Tensor:
     """Query rows with nothing to attend to: ``[..., L, S]`` mask -> ``[..., L, 1]`` bool."""
     if attn_mask.dtype == torch.bool:

@@ -48,7 +48,7 @@ from seqattn.core.fused import (
 )
 from seqattn.core.kernels import edge_attention, edge_weights_to_dense, linear_attention, linear_attention_weights, \
     math_attention
-from seqattn.core.masks import dead_rows, revive_dead_rows, structure_mask
+from seqattn.core.masks import additive_mask, dead_rows, revive_dead_rows, structure_mask
 from seqattn.core.planning import check_graph_path, choose_graph_path, edges_to_dense
 from seqattn.core.varlen import VarlenLayout, varlen_attention, varlen_layout
 
@@ -116,7 +116,7 @@ class AttentionPlan:
         key = ("kernel", dtype)
         if key not in self._cache:
             if m.dtype == torch.bool:
-                self._cache[key] = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, float("-inf"))
+                self._cache[key] = additive_mask(m, dtype)
             else:
                 self._cache[key] = m.to(dtype)
         return self._cache[key]
@@ -193,7 +193,7 @@ class AttentionPlan:
             if need_weights and cpu_flash_available(q, dropout_p):
                 # the same fused kernel, called directly: it also returns the logsumexp
                 if mask is not None and mask.dtype == torch.bool:  # the op takes an additive mask
-                    mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+                    mask = additive_mask(mask, q.dtype)
                 out, lse = FlashAttentionCPU.apply(q, k, v, mask, scale, None, None, None, None)
                 lse_mask = mask
             else:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from seqattn.core.checks import tracing
 from seqattn.core.fused import cpu_flash_available
+from seqattn.core.masks import additive_mask
 
 
 @dataclass
@@ -127,7 +128,7 @@ class VarlenFlashCPU(torch.autograd.Function):
                 lses.append(None)
                 continue
             qb, kb, vb = _bucket_views(bucket, q, k, v)
-            mask = None if (causal or bucket.key_mask is None) else _additive(bucket.key_mask, q.dtype)
+            mask = None if (causal or bucket.key_mask is None) else additive_mask(bucket.key_mask, q.dtype)
             piece, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 qb, kb, vb, 0.0, causal, attn_mask=mask, scale=scale)  # [n, H, m, E], [n, H, m]
             _bucket_store(out_h, bucket, piece)
@@ -151,16 +152,12 @@ class VarlenFlashCPU(torch.autograd.Function):
                 continue
             lse = next(lses)
             qb, kb, vb, ob, gb = _bucket_views(bucket, q, k, v, out_h, grad_h)
-            mask = None if (causal or bucket.key_mask is None) else _additive(bucket.key_mask, q.dtype)
+            mask = None if (causal or bucket.key_mask is None) else additive_mask(bucket.key_mask, q.dtype)
             dqb, dkb, dvb = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
                 gb, qb, kb, vb, ob, lse, 0.0, causal, attn_mask=mask, scale=scale)
             for target, piece in ((dq, dqb), (dk, dkb), (dv, dvb)):
                 _bucket_store(target, bucket, piece)
         return dq, dk, dv, None, None, None
-
-
-def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
 def varlen_attention_autograd(
