@@ -70,7 +70,6 @@ def _layer_step(impl: str, cell: str, cfg: dict[str, Any], small: bool) -> tuple
 
     batch, dim, heads = 8, 256, 8
     torch.manual_seed(0)
-    layer = MultiHeadAttention(dim, heads)
     info: dict[str, Any] = {}
     if cell == "window":
         length, window = (64, 4) if small else (cfg["length"], cfg["window"])
@@ -93,6 +92,8 @@ def _layer_step(impl: str, cell: str, cfg: dict[str, Any], small: bool) -> tuple
             if mask is not None:
                 attn_mask = mask[:, None, None, :]
             return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    else:
+        layer = MultiHeadAttention(dim, heads)
     allowed = sum(n * n for n in lengths) if cell == "varlen" else int(local_window_mask(length, window).sum()) * batch
     info.update(length=length, lengths=lengths if cell == "varlen" else None, batch=batch, heads=heads,
                 head_dim=dim // heads, allowed_pairs=allowed)
