@@ -433,6 +433,26 @@ def _band(window, grid, grid_window, causal, num_global, batch, length, mask, de
     return band_layout(relative, block, left, right, tokens, num_global, batch, mask, device)
 
 
+def _biased_mask(edge_index: torch.Tensor, bias: torch.Tensor, flat: torch.Tensor, batch: int, length: int,
+                 heads: int, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The biased path's float mask ``[B, H, L, L]`` (the bias on the edges, ``-inf`` elsewhere and
+    on edges from padded keys, dead rows 0) and its dead rows ``[B, H, L, 1]``, from the ``E`` edges
+    alone: the values are set at ``flat [E, H]`` and the dead rows counted per query and head, so
+    the full tensor is written twice (fill, revive) instead of scanned and copied per step.
+    Equals ``revive_dead_rows(combine(edges_to_dense(...), key padding))``."""
+    src, dst = edge_index
+    values = bias  # [E, H]
+    if mask is not None:  # edges from padded keys attend nowhere
+        values = values.masked_fill(~mask.reshape(-1).index_select(0, src)[:, None], float("-inf"))
+    dense = torch.full((batch * heads * length * length,), float("-inf"), dtype=bias.dtype, device=bias.device)
+    dense.index_put_((flat.reshape(-1),), values.reshape(-1))  # repeated edges: one of them (as edges_to_dense)
+    alive = torch.zeros(batch * length, heads, dtype=torch.int32, device=bias.device)
+    alive.index_add_(0, dst, (values > float("-inf")).to(torch.int32))  # [B·L, H]: allowed keys per query
+    rows = (alive == 0).view(batch, length, heads).permute(0, 2, 1).unsqueeze(-1)  # [B, H, L, 1]
+    dense = dense.view(batch, heads, length, length).masked_fill_(rows, 0.0)
+    return dense, rows
+
+
 def _plan_graph(edge_index, edge_bias, attn_mask, structured, st, common, query_dead, dim, device, graph_path,
                 max_dense_bytes, dense_min_fill, traced, forced):
     batch, length, heads, kernel, mask = common["batch"], common["length"], common["heads"], common["kernel"], \
@@ -477,14 +497,17 @@ def _plan_graph(edge_index, edge_bias, attn_mask, structured, st, common, query_
     common["structure"] = dict(st, extra_mask=extra)
     pairs = batch * length * length
     if edge_bias is not None and kernel == "sdpa" and forced in (None, "biased"):
-        dense = edges_to_dense(edge_index, edge_bias.detach(), batch, length, heads, edge_bias.dtype)  # [B, H, L, L]
-        dense = combine(dense, extra)
-        rows = dead_rows(dense)
-        dense = revive_dead_rows(dense, rows)
         src, dst = edge_index
         hh = torch.arange(heads, device=edge_index.device)
         flat = (((dst // length)[:, None] * heads + hh[None]) * length + (dst % length)[:, None]) * length \
             + (src % length)[:, None]  # [E, H] into [B, H, L, L]
+        if struct is None:  # the graph and key padding only: built at the edges, two passes over [B, H, L, L]
+            dense, rows = _biased_mask(edge_index, edge_bias.detach(), flat, batch, length, heads, mask)
+        else:
+            dense = edges_to_dense(edge_index, edge_bias.detach(), batch, length, heads, edge_bias.dtype)
+            dense = combine(dense, extra)  # [B, H, L, L]
+            rows = dead_rows(dense)
+            dense = revive_dead_rows(dense, rows)
         return AttentionPlan("biased", kernel_mask=dense, dead=rows | query_dead if query_dead is not None else rows,
                              edge_index=edge_index, edge_bias=edge_bias, flat=flat, graph_path="dense",
                              pairs=pairs, allowed_pairs=int(edge_index.shape[1]), **common)

@@ -289,3 +289,32 @@ def test_band_and_varlen_in_bf16_follow_the_float32_reference(path):
     want = torch.autograd.grad((ref * probe).sum(), (q32, k32, v32))
     for a, w in zip(got, want):
         torch.testing.assert_close(a.float(), w, atol=5e-2, rtol=5e-2)
+
+
+def test_biased_mask_built_at_the_edges_equals_the_dense_construction():
+    """The biased path's mask from the edges alone equals the dense construction (edges_to_dense,
+    key padding, dead rows revived), with edges from padded keys and a head whose every edge into
+    one query is -inf (dead for that head only)."""
+    from seqattn.core.masks import dead_rows, revive_dead_rows
+    from seqattn.core.plan import _biased_mask, combine
+
+    b, n, h = 3, 12, 2
+    g = torch.Generator().manual_seed(4)
+    mask = _lengths_mask([12, 7, 9], n)
+    adj = (torch.rand(b, n, n, generator=g) > 0.6)  # edges to and from padded nodes too
+    adj[0, 3] = False  # a query with no edge at all
+    adj[1, 2, :] = False
+    adj[1, 2, [0, 5]] = True  # query 2 of graph 1: two edges ...
+    edge_index = mask_to_edge_index(adj)
+    bias = torch.randn(edge_index.shape[1], h, generator=g)
+    src, dst = edge_index
+    into = dst == 1 * n + 2
+    bias[into, 1] = float("-inf")  # ... both -inf in head 1: dead there, alive in head 0
+    hh = torch.arange(h)
+    flat = (((dst // n)[:, None] * h + hh[None]) * n + (dst % n)[:, None]) * n + (src % n)[:, None]
+    dense, rows = _biased_mask(edge_index, bias, flat, b, n, h, mask)
+    ref = combine(edges_to_dense(edge_index, bias, b, n, h, torch.float32), mask[:, None, None, :])
+    ref_rows = dead_rows(ref)
+    torch.testing.assert_close(dense, revive_dead_rows(ref, ref_rows))
+    assert torch.equal(rows, ref_rows)
+    assert rows[1, 1, 2, 0] and not rows[1, 0, 2, 0] and rows[0, :, 3].all()
