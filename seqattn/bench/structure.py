@@ -16,8 +16,9 @@ path vs the planned kernel, forward + backward, side by side in one run, each ce
   batch 8, L 512) without weights, with ``return_attention=[-1]`` (the plotted layer, every
   sequence) and with ``attention_items=[0]`` too (the plotted layer and sequence: what a figure draws).
 
-Time: median of N steps after a warm-up at the cell's size; peak MB: growth of peak RSS during the
-first measured step after a warm-up on a small input (the method of :mod:`seqattn.bench.core`).
+Time: median of N steps (3 to 100, as many as fit in ``--budget`` seconds) after a warm-up at the
+cell's size; peak MB: growth of peak RSS during the first measured step after a warm-up on a small
+input (the method of :mod:`seqattn.bench.core`).
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ def measure_structure_cell(cell: str, impl: str, cfg: dict[str, Any], repeats: i
     ru_after = bench_core._ru_maxrss_bytes()
     hwm = bench_core._vm_hwm_bytes()
     peak = ru_after if (ru_after > ru_before or not reset or hwm is None) else hwm
-    n = repeats if repeats else max(1, min(20, int(budget / max(first, 1e-6))))
+    # at least 3 steps (a median), up to 100 for the 20 ms graph cells (their noise is ~15 % over 20)
+    n = repeats if repeats else max(3, min(100, int(budget / max(first, 1e-6))))
     times = []
     for _ in range(n):
         start = time.perf_counter()
