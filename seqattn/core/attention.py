@@ -93,13 +93,16 @@ class MultiHeadAttention(nn.Module):
             if proj is not None:
                 proj.reset_parameters()
 
-    def _project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        # one fused matmul for q, k and v (the parameters stay three separate nn.Linear)
+    def _qkv_weight(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One fused ``[2K+V, D]`` weight (and bias) for q, k and v (the parameters stay three nn.Linear)."""
         weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # [2K+V, D]
         bias = None
         if self.q_proj.bias is not None:
             bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-        qkv = F.linear(x, weight, bias)  # [B, L, 2K+V]
+        return weight, bias
+
+    def _project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        qkv = F.linear(x, *self._qkv_weight())  # [B, L, 2K+V]
         return qkv.split([self.dim_k, self.dim_k, self.dim_v], dim=-1)
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
@@ -151,6 +154,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"x must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
         kernel = self.kernel if kernel is None else check_kernel(kernel)
         b, length, _ = x.shape
+        packed = None if (plan is None or context is not None or edge_attr is not None or plan.varlen is None) \
+            else plan.varlen.tokens
+        if packed is not None:  # spread lengths: project the real tokens only (padded rows: zeros)
+            return self._packed(x, packed, plan, rotary, need_weights, attention_items)
         if context is None:
             q, k, v = self._project_self(x)  # [B, L, K], [B, L, K], [B, L, V]
             src_len = length
@@ -197,6 +204,25 @@ class MultiHeadAttention(nn.Module):
         out, weights = result if need_weights else (result, None)
         out = out.transpose(1, 2).reshape(b, length, self.dim_v)  # [B, H, L, V/H] -> [B, L, V]
         out = self.out_proj(out)  # [B, L, D]
+        return (out, weights) if need_weights else out
+
+    def _packed(self, x: torch.Tensor, tokens: torch.Tensor, plan: AttentionPlan, rotary: nn.Module | None,
+                need_weights: bool, attention_items: Sequence[int] | None):
+        """The varlen plan's layer with the projections on the ``N`` real tokens ``tokens [N]``
+        (flattened ``b·L + l``) only: ``x [B, L, D]`` -> ``[B, L, D]``, equal to the padded layer
+        (padded rows: the output projection's bias, as ``out_proj`` of their zeroed attention)."""
+        b, length, _ = x.shape
+        qkv = F.linear(x.reshape(b * length, self.dim).index_select(0, tokens), *self._qkv_weight())  # [N, 2K+V]
+        qkv = qkv.new_zeros(b * length, qkv.shape[1]).index_copy(0, tokens, qkv).view(b, length, -1)
+        q, k, v = (self._split_heads(t) for t in qkv.split([self.dim_k, self.dim_k, self.dim_v], dim=-1))
+        if rotary is not None:
+            q, k = rotary(q, k)
+        out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, None, need_weights, attention_items)
+        out = out.transpose(1, 2).reshape(b * length, self.dim_v).index_select(0, tokens)  # [N, V]
+        out = F.linear(out, self.out_proj.weight)  # [N, D]
+        out = out.new_zeros(b * length, self.dim).index_copy(0, tokens, out).view(b, length, self.dim)
+        if self.out_proj.bias is not None:
+            out = out + self.out_proj.bias
         return (out, weights) if need_weights else out
 
     def _edge_offsets(self, edge_attr: torch.Tensor | None, kernel: str, b: int, length: int,

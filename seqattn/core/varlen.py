@@ -36,11 +36,17 @@ class Bucket:
     row: int | None = None  # the batch row when the bucket holds one sequence (sliced, not gathered)
 
 
+#: the layers project only the real tokens (packed) when they are at most this fraction of the
+#: padded batch (below, the gather and scatter cost more than the padded rows' projections save)
+PACK_MAX_FILL = 0.8
+
+
 @dataclass
 class VarlenLayout:
     buckets: list[Bucket]
     length: int  # L
     pairs: int  # query-key pairs per head computed (Σ n·m²)
+    tokens: torch.Tensor | None = None  # [N] long: the real tokens' flattened positions b·L + l (None: no packing)
 
 
 def bucket_lengths(lengths: list[int], tolerance: float = 0.9) -> list[list[int]]:
@@ -70,7 +76,10 @@ def varlen_layout(lengths: list[int], length: int, device: torch.device, toleran
         buckets.append(Bucket(torch.tensor(rows, dtype=torch.long, device=device), m, key_mask,
                               rows[0] if len(rows) == 1 else None))
         pairs += len(rows) * m * m
-    return VarlenLayout(buckets, length, pairs)
+    tokens = None
+    if sum(lengths) <= PACK_MAX_FILL * len(lengths) * length:
+        tokens = torch.cat([torch.arange(n, device=device) + i * length for i, n in enumerate(lengths)])
+    return VarlenLayout(buckets, length, pairs, tokens)
 
 
 def varlen_attention(

@@ -318,3 +318,33 @@ def test_biased_mask_built_at_the_edges_equals_the_dense_construction():
     torch.testing.assert_close(dense, revive_dead_rows(ref, ref_rows))
     assert torch.equal(rows, ref_rows)
     assert rows[1, 1, 2, 0] and not rows[1, 0, 2, 0] and rows[0, :, 3].all()
+
+
+def test_packed_projections_equal_the_padded_layer():
+    """Spread lengths: the layer projects only the real tokens; outputs (padded rows too: the output
+    bias) and the gradients of x and every parameter equal the padded layer's."""
+    import copy
+
+    from seqattn.core.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    b, length, dim = 4, 160, 16
+    lengths = [160, 20, 75, 0]
+    mask = _lengths_mask(lengths, length)
+    layer = MultiHeadAttention(dim, 2)
+    other = copy.deepcopy(layer)
+    x = torch.randn(b, length, dim, requires_grad=True)
+    plan = plan_attention(b, length, heads=2, dim=dim, device=x.device, mask=mask)
+    assert plan.path == "varlen" and plan.varlen.tokens is not None and plan.varlen.tokens.numel() == sum(lengths)
+    out = layer(x, plan=plan)
+    padded_plan = plan_attention(b, length, heads=2, dim=dim, device=x.device, mask=mask)
+    padded_plan.varlen.tokens = None  # the padded projections
+    x2 = x.detach().clone().requires_grad_()
+    ref = other(x2, plan=padded_plan)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    probe = torch.randn(out.shape)
+    (out * probe).sum().backward()
+    (ref * probe).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, atol=1e-5, rtol=1e-4)
+    for (name, p), q in zip(layer.named_parameters(), other.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
