@@ -157,8 +157,6 @@ def measure_cell(
     threads: int | None = None,
 ) -> dict[str, Any]:
     """Peak RSS growth and median fwd+bwd time of one (impl, L). Call it in a fresh process."""
-    import gc
-
     import torch
 
     if threads:
@@ -170,46 +168,50 @@ def measure_cell(
     x = torch.randn(batch, length, dim, requires_grad=True)  # [B, L, D]
     x_small = torch.randn(batch, min(WARMUP_LENGTH, length), dim, requires_grad=True)
 
-    def step(inp: torch.Tensor) -> float:
-        start = time.perf_counter()
+    def step(inp: torch.Tensor) -> None:
         call(inp).sum().backward()
-        elapsed = time.perf_counter() - start
         for p in params:
             p.grad = None
         inp.grad = None
-        return elapsed
 
     for _ in range(2):  # load libraries, no big buffer yet
         step(x_small)
+    measured = measure_step(lambda: step(x), repeats, budget)
+    from seqattn.bench.structure import sdpa_backends
+
+    backend = sdpa_backends(lambda: step(x))
+    return {"backend": backend, "status": "ok", **measured, "threads": torch.get_num_threads()}
+
+
+def measure_step(step, repeats: int | None = None, budget: float = 3.0, min_steps: int = 1,
+                 max_steps: int = 20) -> dict[str, Any]:
+    """Peak-RSS growth during the first ``step()`` (after a garbage collection; the caller warms up on
+    a small input first) and the median time of ``N`` more steps: ``repeats``, or as many as fit in
+    ``budget`` seconds judging by the first, clamped to ``[min_steps, max_steps]``."""
+    import gc
+
     gc.collect()
     reset = _reset_peak_rss()
     rss_before = _rss_bytes()
     ru_before = _ru_maxrss_bytes()
-    first = step(x)  # the memory measurement, also the warm-up for timing
+    start = time.perf_counter()
+    step()  # the memory measurement, also the warm-up for timing
+    first = time.perf_counter() - start
     ru_after = _ru_maxrss_bytes()
     hwm = _vm_hwm_bytes()
     if ru_after > ru_before or not reset or hwm is None:
         peak, source = ru_after, "ru_maxrss"
     else:
         peak, source = hwm, "VmHWM"  # ru_maxrss still shows the high-water mark inherited from the parent
-    n = repeats if repeats else max(1, min(20, int(budget / max(first, 1e-6))))
-    times = [step(x) for _ in range(n)]
-    from seqattn.bench.structure import sdpa_backends
-
-    backend = sdpa_backends(lambda: step(x))
-    return {
-        "backend": backend,
-        "status": "ok",
-        "time_ms": statistics.median(times) * 1e3,
-        "times_ms": [t * 1e3 for t in times],
-        "repeats": n,
-        "peak_mb": max(0, peak - rss_before) / MIB,
-        "peak_source": source,
-        "rss_before_mb": rss_before / MIB,
-        "ru_maxrss_mb": ru_after / MIB,
-        "vm_hwm_mb": None if hwm is None else hwm / MIB,
-        "threads": torch.get_num_threads(),
-    }
+    n = repeats if repeats else max(min_steps, min(max_steps, int(budget / max(first, 1e-6))))
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {"time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times], "repeats": n,
+            "peak_mb": max(0, peak - rss_before) / MIB, "peak_source": source, "rss_before_mb": rss_before / MIB,
+            "ru_maxrss_mb": ru_after / MIB, "vm_hwm_mb": None if hwm is None else hwm / MIB}
 
 
 def _cell_entry(conn: Any, kwargs: dict[str, Any]) -> None:

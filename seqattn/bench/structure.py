@@ -23,7 +23,6 @@ input (the method of :mod:`seqattn.bench.core`).
 
 from __future__ import annotations
 
-import statistics
 import time
 import traceback
 from typing import Any, Callable
@@ -211,8 +210,6 @@ def sdpa_backends(step: Callable[[], None]) -> str:
 
 def measure_structure_cell(cell: str, impl: str, cfg: dict[str, Any], repeats: int | None = None,
                            budget: float = 3.0, threads: int | None = None) -> dict[str, Any]:
-    import gc
-
     import torch
 
     if threads:
@@ -225,27 +222,11 @@ def measure_structure_cell(cell: str, impl: str, cfg: dict[str, Any], repeats: i
         small_step()
     del small_step
     step, info = build_step(cell, impl, cfg)
-    gc.collect()
-    reset = bench_core._reset_peak_rss()
-    rss_before = bench_core._rss_bytes()
-    ru_before = bench_core._ru_maxrss_bytes()
-    start = time.perf_counter()
-    step()
-    first = time.perf_counter() - start
-    ru_after = bench_core._ru_maxrss_bytes()
-    hwm = bench_core._vm_hwm_bytes()
-    peak = ru_after if (ru_after > ru_before or not reset or hwm is None) else hwm
     # at least 3 steps (a median), up to 100 for the 20 ms graph cells (their noise is ~15 % over 20)
-    n = repeats if repeats else max(3, min(100, int(budget / max(first, 1e-6))))
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    measured = bench_core.measure_step(step, repeats, budget, min_steps=3, max_steps=100)
     backend = sdpa_backends(step)
-    return {"status": "ok", "time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
-            "repeats": n, "peak_mb": max(0, peak - rss_before) / bench_core.MIB, "backend": backend,
-            "threads": torch.get_num_threads(), **{k: v for k, v in info.items() if v is not None}}
+    return {"status": "ok", **measured, "backend": backend, "threads": torch.get_num_threads(),
+            **{k: v for k, v in info.items() if v is not None}}
 
 
 def structure_entry(conn: Any, kwargs: dict[str, Any]) -> None:

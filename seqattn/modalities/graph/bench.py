@@ -24,10 +24,8 @@ Time: median of N steps after a warm-up step (adaptive N within ``--budget`` sec
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import shlex
-import statistics
 import time
 import traceback
 from typing import Any, Callable
@@ -40,27 +38,11 @@ MOLECULE_IMPLS = ("dense", "edge", "auto")
 
 
 def _measure(step: Callable[[], None], repeats: int | None, budget: float, max_steps: int = 20) -> dict[str, Any]:
-    """Peak-RSS growth of the first ``step()`` (core's method) and the median time of N more."""
-    gc.collect()
-    reset = bench_core._reset_peak_rss()
-    rss_before = bench_core._rss_bytes()
-    ru_before = bench_core._ru_maxrss_bytes()
-    start = time.perf_counter()
-    step()
-    first = time.perf_counter() - start
-    ru_after = bench_core._ru_maxrss_bytes()
-    hwm = bench_core._vm_hwm_bytes()
-    peak = ru_after if (ru_after > ru_before or not reset or hwm is None) else hwm
-    n = repeats if repeats else max(1, min(max_steps, int(budget / max(first, 1e-6))))
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    """Peak-RSS growth of the first ``step()`` and the median time of N more (core's method)."""
     import torch
 
-    return {"status": "ok", "time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
-            "repeats": n, "peak_mb": max(0, peak - rss_before) / bench_core.MIB, "threads": torch.get_num_threads()}
+    return {"status": "ok", **bench_core.measure_step(step, repeats, budget, max_steps=max_steps),
+            "threads": torch.get_num_threads()}
 
 
 def _large_cell(impl: str, nodes: int, edges: int, dim: int, heads: int, repeats: int | None,
