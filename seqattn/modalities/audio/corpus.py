@@ -19,19 +19,16 @@ and test speakers never occur in train.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import shutil
-import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 import soundfile as sf
+
+from seqattn.datakit.cache import cached_folder
 
 log = logging.getLogger("seqattn.modalities.audio.corpus")
 
@@ -45,7 +42,6 @@ _CONSONANT_P = np.array([0.09, 0.09, 0.09, 0.09, 0.09, 0.55 / 3, 0.55 / 3, 0.55 
 SPLITS = ("train", "val", "test")
 DEFAULT_UTTS_PER_SPEAKER = {"train": 90, "val": 50, "test": 70}
 MANIFEST = "manifest.jsonl"
-COMPLETE = ".complete"
 
 # formant centre frequencies (Hz) at vocal-tract scale 1, relative peak amplitudes, bandwidths (Hz)
 _FORMANTS = {
@@ -302,31 +298,6 @@ def generate_speech_corpus(
     renamed into place, so an interrupted run never leaves a half corpus.
     """
     params = corpus_params(seed, n_train_speakers, n_val_speakers, n_test_speakers, utts_per_speaker, sample_rate)
-    digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
-    root = Path(root).expanduser()
-    target = root / f"{VERSION}_{digest}"
-    if (target / COMPLETE).exists():
-        log.info("reusing cached synthetic speech corpus %s", target)
-        return target / MANIFEST
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp_{target.name}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    log.info("generating synthetic speech corpus %s into %s", params, target)
-    t0 = time.perf_counter()
-    try:
-        n_utts = _write_corpus(tmp, params)
-        (tmp / COMPLETE).write_text(json.dumps(params, sort_keys=True) + "\n")
-        if target.exists() and not (target / COMPLETE).exists():
-            log.warning("removing incomplete corpus folder %s", target)
-            shutil.rmtree(target)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / COMPLETE).exists():
-                raise
-            log.info("another process finished %s first; using it", target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    log.info("wrote %d utterances to %s in %.1f s", n_utts, target, time.perf_counter() - t0)
+    target = cached_folder(root, VERSION, params, lambda tmp: f"{_write_corpus(tmp, params)} utterances",
+                           what="synthetic speech corpus")
     return target / MANIFEST

@@ -61,7 +61,7 @@ def test_cache_is_reused(tmp_path, caplog):
     m1 = generate_speech_corpus(tmp_path, seed=0, **TINY)
     wav = m1.parent / _lines(m1)[0]["path"]
     stamps = (m1.stat().st_mtime_ns, wav.stat().st_mtime_ns)
-    with caplog.at_level("INFO", logger="seqattn.modalities.audio.corpus"):
+    with caplog.at_level("INFO", logger="seqattn"):
         m2 = generate_speech_corpus(tmp_path, seed=0, **TINY)
     assert m2 == m1
     assert (m2.stat().st_mtime_ns, wav.stat().st_mtime_ns) == stamps
