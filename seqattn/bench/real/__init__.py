@@ -104,6 +104,31 @@ def run_recipe(overrides: list[str], out_dir: Path, timeout: float = 1800) -> tu
     return json.loads((out_dir / "metrics.json").read_text()), seconds
 
 
+def compare_seeds(ctx: "Context", label: str, overrides: list[str], seeds: int, reference: Callable[[int], float],
+                  reference_name: str) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Per seed: the seqattn recipe (``overrides`` + ``seed=``, its ``test/acc``) and ``reference(seed)``
+    (a metric), each timed; ``ctx.seeds`` (when set) overrides ``seeds``. Returns
+    ``(seqattn, seqattn seconds, reference, reference seconds)``."""
+    ours, ours_s, ref, ref_s = [], [], [], []
+    for seed in range(ctx.seeds or seeds):
+        metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
+        ours.append(metrics["test/acc"])
+        ours_s.append(seconds)
+        start = time.perf_counter()
+        ref.append(reference(seed))
+        ref_s.append(time.perf_counter() - start)
+        ctx.log(f"{label} seed {seed}: seqattn {ours[-1]:.4f}, {reference_name} {ref[-1]:.4f}")
+    return ours, ours_s, ref, ref_s
+
+
+def recipe_reference(ctx: "Context", overrides: list[str], name: str) -> Callable[[int], float]:
+    """A reference that is itself a recipe run (``overrides`` + ``seed=``): its ``test/acc``."""
+    def run_seed(seed: int) -> float:
+        return run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"{name}_{seed}")[0]["test/acc"]
+
+    return run_seed
+
+
 def command_line(overrides: list[str]) -> str:
     return "python -m seqattn.run " + " ".join(overrides)
 

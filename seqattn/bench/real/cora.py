@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import csv
 import shutil
-import time
 from pathlib import Path
 
-from seqattn.bench.real import Context, Result, command_line, run_recipe
+from seqattn.bench.real import Context, Result, command_line, compare_seeds
 
 CORA_SEEDS = 10
 KARATE_SEEDS = 10
@@ -87,15 +86,8 @@ def train_reference(data, kind: str, seed: int, epochs: int = 500, patience: int
 def case_cora(ctx: Context) -> Result:
     data = _planetoid(ctx)
     overrides = ["task=social", "data.source=planetoid", f"data.root={ctx.data}", "experiment=citation_graph"]
-    seqattn, seq_s, ref, ref_s = [], [], [], []
-    for seed in range(ctx.seeds or CORA_SEEDS):
-        metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
-        seqattn.append(metrics["test/acc"])
-        seq_s.append(seconds)
-        start = time.perf_counter()
-        ref.append(train_reference(data, "gat", seed))
-        ref_s.append(time.perf_counter() - start)
-        ctx.log(f"cora seed {seed}: seqattn {seqattn[-1]:.4f}, GAT {ref[-1]:.4f}")
+    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "cora", overrides, CORA_SEEDS,
+                                               lambda seed: train_reference(data, "gat", seed), "GAT")
     return Result("Cora (Planetoid split: 140 / 500 / 1000 nodes)", "test accuracy", False, seqattn, ref,
                   "PyG GATConv (2 layers, 8×8, dropout 0.6)", seq_s, ref_s, command_line(overrides),
                   notes="GAT paper: 83.0 ± 0.7")
@@ -130,16 +122,12 @@ def karate_four_labels(folder: Path) -> tuple[Path, Path, object]:
 def case_karate4(ctx: Context) -> Result:
     nodes, edges, data = karate_four_labels(ctx.work)
     overrides = ["task=social", f"data.nodes={nodes}", f"data.edges={edges}"]
-    seqattn, seq_s, gat, gat_s, gcn = [], [], [], [], []
-    for seed in range(ctx.seeds or KARATE_SEEDS):
-        metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
-        seqattn.append(metrics["test/acc"])
-        seq_s.append(seconds)
-        start = time.perf_counter()
-        gat.append(train_reference(data, "gat", seed, epochs=200))
-        gat_s.append(time.perf_counter() - start)
+    gcn = []
+    seqattn, seq_s, gat, gat_s = compare_seeds(ctx, "karate4", overrides, KARATE_SEEDS,
+                                               lambda seed: train_reference(data, "gat", seed, epochs=200), "GAT")
+    for seed in range(len(seqattn)):  # the second reference, not timed
         gcn.append(train_reference(data, "gcn", seed, epochs=200))
-        ctx.log(f"karate4 seed {seed}: seqattn {seqattn[-1]:.4f}, GAT {gat[-1]:.4f}, GCN {gcn[-1]:.4f}")
+        ctx.log(f"karate4 seed {seed}: GCN {gcn[-1]:.4f}")
     import statistics
 
     return Result("Karate club, 4 labelled nodes (one per community), 30 test, no validation", "test accuracy",

@@ -9,7 +9,7 @@ this kind: UPOS in the mid 90s).
 
 from __future__ import annotations
 
-from seqattn.bench.real import Context, Result, command_line, run_recipe
+from seqattn.bench.real import Context, Result, command_line, compare_seeds, recipe_reference
 
 SEEDS = 3
 
@@ -26,15 +26,8 @@ def _files(ctx: Context) -> list[str]:
 def case_lines(ctx: Context) -> Result:
     overrides = ["task=text_tagging", *_files(ctx)]
     reference = overrides + ["model=bilstm"]
-    seqattn, seq_s, ref, ref_s = [], [], [], []
-    for seed in range(ctx.seeds or SEEDS):
-        metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
-        seqattn.append(metrics["test/acc"])
-        seq_s.append(seconds)
-        metrics, seconds = run_recipe(reference + [f"seed={seed}", *ctx.extra], ctx.work / f"bilstm_{seed}")
-        ref.append(metrics["test/acc"])
-        ref_s.append(seconds)
-        ctx.log(f"lines seed {seed}: seqattn {seqattn[-1]:.4f}, BiLSTM {ref[-1]:.4f}")
+    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "lines", overrides, SEEDS,
+                                               recipe_reference(ctx, reference, "bilstm"), "BiLSTM")
     return Result("UD English-LinES (train 3,457 / dev 1,118 / test 1,121 sentences)", "test UPOS accuracy", False,
                   seqattn, ref, "word + character BiLSTM (model=bilstm, same features)", seq_s, ref_s,
                   command_line(overrides), notes=f"reference: {command_line(reference)}")

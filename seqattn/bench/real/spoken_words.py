@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from seqattn.bench.real import Context, Result, command_line, run_recipe
+from seqattn.bench.real import Context, Result, command_line, compare_seeds, recipe_reference
 
 SEEDS = 3
 #: the recipe's command for a manifest, and the log-mel CNN reference (the same recipe, another encoder)
@@ -46,15 +46,8 @@ def case_spoken_words(ctx: Context) -> Result:
     if not manifest.is_file():
         raise FileNotFoundError(f"no {manifest}")
     ours, cnn = run_overrides(manifest, "attention"), run_overrides(manifest, "logmel_cnn")
-    seqattn, seq_s, ref, ref_s = [], [], [], []
-    for seed in range(ctx.seeds or SEEDS):
-        metrics, seconds = run_recipe(ours + [f"seed={seed}", *ctx.extra], ctx.work / f"attention_{seed}")
-        seqattn.append(metrics["test/acc"])
-        seq_s.append(seconds)
-        metrics, seconds = run_recipe(cnn + [f"seed={seed}", *ctx.extra], ctx.work / f"logmel_cnn_{seed}")
-        ref.append(metrics["test/acc"])
-        ref_s.append(seconds)
-        ctx.log(f"spoken words seed {seed}: seqattn {seqattn[-1]:.4f}, log-mel CNN {ref[-1]:.4f}")
+    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "spoken words", ours, SEEDS,
+                                               recipe_reference(ctx, cnn, "logmel_cnn"), "log-mel CNN")
     start = time.perf_counter()
     plain = mfcc_logreg(manifest)
     ctx.log(f"spoken words: MFCC + logistic regression {plain['test_acc']:.4f} ({time.perf_counter() - start:.0f} s)")
