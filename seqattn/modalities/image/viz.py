@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from seqattn.viz import first_test_batch, plt
+from seqattn.viz.confusion import plot_confusion_matrix
 
 log = logging.getLogger("seqattn.modalities.image.viz")
 
@@ -46,28 +47,6 @@ def confusion_over(model, loader, num_classes: int) -> torch.Tensor:
         matrix += torch.bincount(batch["labels"].cpu() * num_classes + pred,
                                  minlength=num_classes**2).view(num_classes, num_classes)
     return matrix
-
-
-def plot_confusion_matrix(matrix: np.ndarray, names: list[str], path: Path) -> Path:
-    """Counts with row-normalised colours; the title shows the accuracy."""
-    c = matrix.shape[0]
-    names = names or [str(i) for i in range(c)]
-    rates = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * c, 0.8 + 0.65 * c), constrained_layout=True)
-    ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
-    for i in range(c):
-        for j in range(c):
-            ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=8,
-                    color="white" if rates[i, j] > 0.5 else "black")
-    ax.set_xticks(range(c), names, rotation=45, ha="right")
-    ax.set_yticks(range(c), names)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    accuracy = np.trace(matrix) / max(matrix.sum(), 1)
-    ax.set_title(f"test confusion matrix (accuracy {accuracy:.3f})")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def plot_attention_map(model, batch: dict, path: Path, n_images: int = 6, query: tuple[int, int] | None = None,
