@@ -45,18 +45,8 @@ def plot_frame_labeling(model, datamodule, out_dir: str | Path, index: int = 0, 
             if label >= 0 and end - start >= 3:
                 ax.text((start + end - 1) / 2, 0, names[label], ha="center", va="center", fontsize=7)
     ax = fig.add_subplot(grid[3])
-    if attention is not None:
-        attn = attention[index, :, :n, :n].mean(0).float().cpu().numpy()  # [F, F], mean over heads
-        # aspect="auto": key frames line up with the frames of the panels above
-        image = ax.imshow(attn, cmap="viridis", interpolation="nearest", aspect="auto")
-        fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, 0.012, 1.0]))
-        name = "last layer" if layer == -1 else f"layer {layer}"
-        ax.set_title(f"attention of the {name}, mean over heads")
-        ax.set_xlabel("key frame")
-        ax.set_ylabel("query frame")
-    else:
-        ax.text(0.5, 0.5, f"{type(model.net.encoder).__name__} has no attention", ha="center", va="center")
-        ax.set_axis_off()
+    attn = None if attention is None else attention[index, :, :n, :n].mean(0)  # [F, F], mean over heads
+    _attention_panel(fig, ax, attn, model, layer, colorbar_width=0.012)
     path = Path(out_dir) / "test_utterance.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -201,16 +191,8 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
         ax.text(0.5, 0.5, f"pooling: {getattr(head, 'pooling', '?')}", ha="center", va="center")
         ax.set_axis_off()
     ax = fig.add_subplot(grid[2, 0])
-    if attention:
-        attn = attention[0][index, :, g : n + g, g : n + g].mean(0).float().cpu().numpy()  # [F, F]
-        image = ax.imshow(attn, cmap="viridis", interpolation="nearest", aspect="auto")
-        fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, 0.015, 1.0]))
-        ax.set_title(f"attention of the {'last layer' if layer == -1 else f'layer {layer}'}, mean over heads")
-        ax.set_xlabel("key frame")
-        ax.set_ylabel("query frame")
-    else:
-        ax.text(0.5, 0.5, f"{type(model.net.encoder).__name__} has no attention", ha="center", va="center")
-        ax.set_axis_off()
+    attn = attention[0][index, :, g : n + g, g : n + g].mean(0) if attention else None  # [F, F]
+    _attention_panel(fig, ax, attn, model, layer, colorbar_width=0.015)
     ax = fig.add_subplot(grid[:, 1])
     top = probs.argsort(descending=True)[:5].tolist()
     ax.barh(range(len(top)), [float(probs[k]) for k in top],
@@ -223,3 +205,18 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return confusion
+
+
+def _attention_panel(fig, ax, attn, model, layer: int, colorbar_width: float) -> None:
+    """Frame-by-frame attention ``attn [F, F]`` (mean over heads) on ``ax``, or a note that the
+    encoder has none (``attn`` None). ``aspect="auto"``: key frames line up with the panels above."""
+    if attn is None:
+        ax.text(0.5, 0.5, f"{type(model.net.encoder).__name__} has no attention", ha="center", va="center")
+        ax.set_axis_off()
+        return
+    image = ax.imshow(attn.float().cpu().numpy(), cmap="viridis", interpolation="nearest", aspect="auto")
+    fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, colorbar_width, 1.0]))
+    name = "last layer" if layer == -1 else f"layer {layer}"
+    ax.set_title(f"attention of the {name}, mean over heads")
+    ax.set_xlabel("key frame")
+    ax.set_ylabel("query frame")
