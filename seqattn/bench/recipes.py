@@ -141,7 +141,7 @@ def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tup
     import torch
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
 
     from seqattn.run import CONFIG_DIR, build_objective
 
