@@ -19,7 +19,7 @@ from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.checks import tracing
 from seqattn.core.masks import local_window_mask
 from seqattn.core.plan import PATHS, plan_attention
-from seqattn.core.planning import check_graph_path, choose_graph_path, edge_attr_to_dense, edges_to_dense
+from seqattn.core.graph_cost import check_graph_path, choose_graph_path, edge_attr_to_dense, edges_to_dense
 from seqattn.core.positional import build_positional
 from seqattn.core.tokens import Tokens
 
@@ -97,7 +97,7 @@ class Encoder(nn.Module):
         dim_k, dim_v: total q/k and value widths (default D).
         activation: FFN activation, ``gelu`` | ``relu`` | ``silu``.
         graph_path: for graph structure (``Tokens.edge_index``): ``auto`` | ``dense`` | ``edge``
-            (see :mod:`seqattn.core.planning`); ``Tokens.graph_path`` overrides it per batch.
+            (see :mod:`seqattn.core.graph_cost`); ``Tokens.graph_path`` overrides it per batch.
         max_dense_bytes: the dense graph path's memory cap per layer (``auto`` picks ``edge`` above
             it, ``dense`` raises).
         dense_min_fill: ``auto`` picks dense when the edges fill at least this fraction of the

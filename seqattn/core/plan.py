@@ -19,7 +19,7 @@ Paths (``AttentionPlan.path``), each equal to the dense reference (``math`` with
 - ``varlen``: padding only, lengths spread: one fused call per length bucket (:mod:`seqattn.core.varlen`).
 - ``biased``: graph edges with a learned bias (dense blocks): the fused kernel with the bias
   gradient computed only at the edges (:mod:`seqattn.core.fused`).
-- ``edge``: the O(E) sparse edge kernel (large graphs; :mod:`seqattn.core.planning` chooses).
+- ``edge``: the O(E) sparse edge kernel (large graphs; :mod:`seqattn.core.graph_cost` chooses).
 - ``linear``: linear attention (padding only).
 - ``flex``: FlexAttention block masks (CUDA, when asked; :mod:`seqattn.core.flex`).
 
@@ -49,7 +49,7 @@ from seqattn.core.fused import (
 from seqattn.core.kernels import edge_attention, edge_weights_to_dense, linear_attention, linear_attention_weights, \
     math_attention
 from seqattn.core.masks import additive_mask, dead_rows, revive_dead_rows, structure_mask
-from seqattn.core.planning import check_graph_path, choose_graph_path, edges_to_dense
+from seqattn.core.graph_cost import check_graph_path, choose_graph_path, edges_to_dense
 from seqattn.core.varlen import VarlenLayout, varlen_attention, varlen_layout
 
 PATHS = ("none", "dense", "causal", "band", "varlen", "biased", "edge", "linear", "flex")

@@ -39,12 +39,12 @@ class Tokens:
         causal: token ``i`` may attend only to ``j <= i`` (positions after the global tokens).
 
         The encoder plans an exact kernel whose cost follows the allowed pairs from ``mask``,
-        ``window``, ``grid_window``, ``causal``, ``edge_index`` (:mod:`seqattn.core.planning`);
+        ``window``, ``grid_window``, ``causal``, ``edge_index`` (:mod:`seqattn.core.graph_cost`);
         global tokens attend to, and are attended by, every real token whatever the structure.
         num_global: how many global tokens (CLS / virtual node) lead each sequence (positions
             ``0 .. num_global-1``); :func:`prepend_global_token` adds one.
         graph_path: a requested attention path for ``edge_index`` structure (``dense`` | ``edge``);
-            None = the encoder plans it (see :mod:`seqattn.core.planning`).
+            None = the encoder plans it (see :mod:`seqattn.core.graph_cost`).
         extra: side information for figures and inspection only (e.g. frame features, words);
             no code path depends on it.
     """

@@ -8,7 +8,7 @@ from seqattn.core import Encoder, Tokens, mask_to_edge_index
 from seqattn.core.kernels import math_attention
 from seqattn.core.masks import grid_window_mask, local_window_mask, structure_mask
 from seqattn.core.plan import plan_attention
-from seqattn.core.planning import edges_to_dense
+from seqattn.core.graph_cost import edges_to_dense
 
 
 def _qkv(b, h, length, d, seed=0, dtype=torch.float32):

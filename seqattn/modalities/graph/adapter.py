@@ -9,7 +9,7 @@ h heads, d model width, e edges (directed, over the flattened batch), k position
 
 The adapter emits structure only: ``Tokens.edge_index`` (self-loops and k-hop edges) and
 ``Tokens.edge_bias [E', H]``; the encoder plans the attention path (dense blocks or the O(E)
-edge kernel, :mod:`seqattn.core.planning`), since that is a property of attention, not of graphs.
+edge kernel, :mod:`seqattn.core.graph_cost`), since that is a property of attention, not of graphs.
 
 Batch interface (the keys :class:`GraphAdapter` reads, ``GraphAdapter.inputs``)::
 
@@ -42,7 +42,7 @@ import warnings
 import torch
 from torch import nn
 
-from seqattn.core.planning import GRAPH_PATHS
+from seqattn.core.graph_cost import GRAPH_PATHS
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase
 from seqattn.modalities.graph.positional import GRAPH_POSITIONALS

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from seqattn.core import Encoder, MultiHeadAttention, Tokens, prepend_global_token
-from seqattn.core import planning
-from seqattn.core.planning import choose_graph_path, edge_attr_to_dense, edges_to_dense
+from seqattn.core import graph_cost
+from seqattn.core.graph_cost import choose_graph_path, edge_attr_to_dense, edges_to_dense
 from seqattn.modalities.graph.adapter import GraphAdapter, k_hop_edges
 from seqattn.modalities.graph.batching import collate_graphs
 from seqattn.modalities.graph.positional import graph_positional_encoding, laplacian_pe, random_walk_pe
@@ -283,7 +283,7 @@ def test_dense_memory_estimate_error_before_allocating(monkeypatch):
     # 100k nodes and 1M edges as one dense block would need terabytes: auto goes to the edge kernel
     assert choose_graph_path(1, 100_000, 1_100_000, heads=4, dim=64) == "edge"
     # a graph whose attention cannot fit the free memory is refused before the allocation
-    monkeypatch.setattr(planning, "available_memory_bytes", lambda device: 10_000)
+    monkeypatch.setattr(graph_cost, "available_memory_bytes", lambda device: 10_000)
     with pytest.raises(ValueError, match="is available on cpu"):
         _encoder(graph_path="edge")(tokens)
 
