@@ -293,13 +293,11 @@ def test_auto_prefers_edge_for_sparse_blocks_and_dense_for_full_ones():
     assert choose_graph_path(8, 10, 8 * 100, HEADS, DIM, dense_min_fill=0.15) == "dense"  # complete graphs
 
 
-def test_the_deprecated_adapter_kernel_still_picks_the_path():
-    batch = batch_of()
-    with pytest.warns(DeprecationWarning, match="model.graph_path=edge"):
-        adapter = GraphAdapter(DIM, F_NODE, heads=HEADS, kernel="edge")
-    encoder = _encoder(graph_path="dense")
-    encoder(adapter(batch["x"], batch["mask"], batch["edge_index"]))
-    assert encoder.last_graph_path == "edge"
+def test_the_removed_adapter_kernel_names_the_encoder_knob():
+    """The graph path is one knob, the encoder's (model.graph_path): adapter.kernel only accepts None."""
+    with pytest.raises(ValueError, match=r"adapter.kernel='edge' was removed.*model.graph_path=edge"):
+        GraphAdapter(DIM, F_NODE, heads=HEADS, kernel="edge")
+    assert not hasattr(Tokens, "graph_path") and "graph_path" not in Tokens.__dataclass_fields__
 
 
 def test_bad_graph_inputs_are_named():
