@@ -43,7 +43,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "seqattn.data.text_corpus": ("seqattn.modalities.text.corpus",),
     "seqattn.viz.text": ("seqattn.modalities.text.viz",),
     "seqattn.adapters.graph": ("seqattn.modalities.graph.adapter", "seqattn.modalities.graph.positional",
-                               "seqattn.modalities.graph.batching", "seqattn.core.planning"),
+                               "seqattn.modalities.graph.batching", "seqattn.core.graph_cost"),
     "seqattn.data.molecule": ("seqattn.modalities.graph.molecule_data", "seqattn.modalities.graph.molecules"),
     "seqattn.data.social": ("seqattn.modalities.graph.social", "seqattn.modalities.graph.social_files"),
     "seqattn.data.sampling": ("seqattn.modalities.graph.sampling",),

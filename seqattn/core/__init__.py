@@ -2,7 +2,8 @@
 
 Structure is described (``Tokens``: padding, window, grid window, causal, global tokens, graph
 edges) and planned once per forward onto an exact kernel whose cost follows the allowed pairs
-(:mod:`seqattn.core.plan`: band, varlen, causal, biased, edge, flex; ``math`` the reference).
+(:mod:`seqattn.core.plan`, every batch and every layer call; the path -> kernel table is in
+:mod:`seqattn.core.attention_plan`: band, varlen, causal, biased, edge, flex; ``math`` the reference).
 
 Mask convention (everywhere): bool ``True`` = real token / may attend; float = additive bias.
 """
@@ -21,14 +22,17 @@ from seqattn.core.kernels import (
 from seqattn.core.masks import (
     build_attention_mask,
     causal_mask,
+    combine_masks,
     edge_index_to_mask,
     from_torch_key_padding_mask,
     lengths_to_mask,
     local_window_mask,
     mask_to_edge_index,
+    structure_allows,
     structure_mask,
 )
-from seqattn.core.plan import PATHS, AttentionPlan, plan_attention
+from seqattn.core.attention_plan import KERNEL_OF_PATH, PATHS, AttentionPlan
+from seqattn.core.plan import PlanOptions, Structure, plan_attention, plan_layer, plan_structure
 from seqattn.core.positional import (
     POSITIONALS,
     LearnedPositional,
@@ -41,6 +45,13 @@ from seqattn.core.tokens import IGNORE_INDEX, Tokens, prepend_global_token
 
 __all__ = [
     "AttentionPlan",
+    "KERNEL_OF_PATH",
+    "PlanOptions",
+    "Structure",
+    "combine_masks",
+    "plan_layer",
+    "plan_structure",
+    "structure_allows",
     "IGNORE_INDEX",
     "PATHS",
     "KERNELS",

@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqattn.core.kernels import check_kernel, scaled_dot_product_attention
-from seqattn.core.masks import build_attention_mask
-from seqattn.core.plan import AttentionPlan
+from seqattn.core.attention_plan import AttentionPlan
+from seqattn.core.kernels import check_kernel
+from seqattn.core.plan import plan_layer
 
 
 class MultiHeadAttention(nn.Module):
@@ -140,10 +140,12 @@ class MultiHeadAttention(nn.Module):
             edge_attr: per-pair features projected into key / value offsets (needs ``edge_dim``):
                 ``[E, C]`` per edge of ``edge_index`` for ``kernel='edge'``, else dense ``[B, L, S, C]``
                 (zeros where there is no pair).
-            plan: an :class:`~seqattn.core.plan.AttentionPlan` prepared once per forward (the encoder's):
-                it replaces ``mask``, ``attn_mask``, ``edge_index``, ``edge_bias`` and ``kernel``; its
-                padded query rows are zeros, and ``need_weights`` costs one recomputation (or nothing),
-                not the math path.
+            plan: an :class:`~seqattn.core.attention_plan.AttentionPlan` prepared once per forward (the
+                encoder's): it replaces ``mask``, ``attn_mask``, ``edge_index``, ``edge_bias``, ``edge_attr``
+                and ``kernel``; its padded query rows are zeros, and ``need_weights`` costs one
+                recomputation (or nothing), not the math path. Without one, the layer builds the trivial
+                plan of its arguments (:func:`seqattn.core.plan.plan_layer`): every call goes through
+                :meth:`AttentionPlan.attend`.
             attention_items: with ``plan`` and ``need_weights``: the batch items whose weights are
                 returned (default all).
 
@@ -152,56 +154,33 @@ class MultiHeadAttention(nn.Module):
         """
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
-        kernel = self.kernel if kernel is None else check_kernel(kernel)
         b, length, _ = x.shape
-        packed = None if (plan is None or context is not None or edge_attr is not None or plan.varlen is None) \
-            else plan.varlen.tokens
-        if packed is not None:  # spread lengths: project the real tokens only (padded rows: zeros)
-            return self._packed(x, packed, plan, rotary, need_weights, attention_items)
+        if context is not None and (context.dim() != 3 or context.shape[0] != b or context.shape[-1] != self.dim):
+            raise ValueError(f"context must be [B={b}, S, D={self.dim}], got shape {tuple(context.shape)}")
+        src_len = length if context is None else context.shape[1]
+        if plan is None:  # the trivial plan: the masks as given, over [L, S]
+            plan = plan_layer(b, length, src_len, heads=self.heads, kernel=self.kernel if kernel is None else kernel,
+                              mask=mask, attn_mask=attn_mask, edge_index=edge_index, edge_bias=edge_bias,
+                              edge_attr=edge_attr, need_weights=need_weights)
+        elif any(t is not None for t in (mask, attn_mask, edge_index, edge_bias, edge_attr, kernel)):
+            raise ValueError("an attention plan carries the masks, graph and kernel: give either a plan or "
+                             "mask / attn_mask / edge_index / edge_bias / edge_attr / kernel")
+        elif (plan.key_length or plan.length) != src_len or plan.length != length:
+            raise ValueError(f"the plan is for L={plan.length}, S={plan.key_length or plan.length}; the inputs "
+                             f"have L={length}, S={src_len}")
+        if plan.varlen is not None and plan.varlen.tokens is not None and context is None:
+            # spread lengths: project the real tokens only (padded rows: zeros)
+            return self._packed(x, plan.varlen.tokens, plan, rotary, need_weights, attention_items)
         if context is None:
             q, k, v = self._project_self(x)  # [B, L, K], [B, L, K], [B, L, V]
-            src_len = length
         else:
-            if context.dim() != 3 or context.shape[0] != b or context.shape[-1] != self.dim:
-                raise ValueError(f"context must be [B={b}, S, D={self.dim}], got shape {tuple(context.shape)}")
             q, k, v = self.q_proj(x), self.k_proj(context), self.v_proj(context)
-            src_len = context.shape[1]
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)  # [B, H, L|S, K|V]
         if rotary is not None:
             q, k = rotary(q, k)
-        if plan is not None:
-            if edge_attr is not None:
-                raise ValueError("edge_attr goes through the explicit graph path, not an attention plan "
-                                 "(the encoder does not plan batches with edge features)")
-            if context is not None:
-                raise ValueError("an attention plan is for self-attention; cross-attention takes masks")
-            out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, None, need_weights,
-                                       attention_items)
-            out = self.out_proj(out.transpose(1, 2).reshape(b, length, self.dim_v))  # [B, L, D]
-            return (out, weights) if need_weights else out
-        if mask is not None:
-            if mask.dtype != torch.bool:
-                raise ValueError(f"mask must be bool [B, S] (True = real token), got dtype {mask.dtype}")
-            if mask.shape != (b, src_len):
-                raise ValueError(f"mask must be [B, S] = ({b}, {src_len}), got {tuple(mask.shape)}")
-        if attn_mask is not None and tuple(attn_mask.shape[-2:]) != (length, src_len):
-            raise ValueError(f"attn_mask must end in (L, S) = ({length}, {src_len}), got {tuple(attn_mask.shape)}")
-        kernel_mask = build_attention_mask(mask, attn_mask)  # None | [B|1, H|1, L|1, S]
-        edge_key, edge_value = self._edge_offsets(edge_attr, kernel, b, length, src_len)
-        result = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            kernel_mask,
-            kernel=kernel,
-            dropout_p=self.dropout if self.training else 0.0,
-            edge_index=edge_index,
-            edge_bias=edge_bias,
-            need_weights=need_weights,
-            edge_key=edge_key,
-            edge_value=edge_value,
-        )
-        out, weights = result if need_weights else (result, None)
+        edge_key, edge_value = self._edge_offsets(plan, b, length, src_len)
+        out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, None, need_weights,
+                                   attention_items, edge_key, edge_value)
         out = out.transpose(1, 2).reshape(b, length, self.dim_v)  # [B, H, L, V/H] -> [B, L, V]
         out = self.out_proj(out)  # [B, L, D]
         return (out, weights) if need_weights else out
@@ -225,16 +204,17 @@ class MultiHeadAttention(nn.Module):
             out = out + self.out_proj.bias
         return (out, weights) if need_weights else out
 
-    def _edge_offsets(self, edge_attr: torch.Tensor | None, kernel: str, b: int, length: int,
+    def _edge_offsets(self, plan: AttentionPlan, b: int, length: int,
                       src_len: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``edge_attr`` -> per-head key and value offsets: ``[E, H, K/H]``, ``[E, H, V/H]`` (edge kernel)
-        or ``[B, H, L, S, K/H]``, ``[B, H, L, S, V/H]`` (dense kernels)."""
+        """The plan's ``edge_attr`` -> per-head key and value offsets: ``[E, H, K/H]``, ``[E, H, V/H]``
+        (edge path) or ``[B, H, L, S, K/H]``, ``[B, H, L, S, V/H]`` (dense math path)."""
+        edge_attr = plan.edge_attr
         if edge_attr is None:
             return None, None
         if self.edge_k_proj is None:
             raise ValueError("edge_attr was given but this attention layer has edge_dim=0 (set edge_dim to its width)")
         h = self.heads
-        if kernel == "edge":
+        if plan.path == "edge":
             if edge_attr.dim() != 2 or edge_attr.shape[1] != self.edge_dim:
                 raise ValueError(f"edge_attr must be [E, C={self.edge_dim}] for kernel='edge', got "
                                  f"{tuple(edge_attr.shape)}")
@@ -244,7 +224,7 @@ class MultiHeadAttention(nn.Module):
         if edge_attr.dim() != 4 or tuple(edge_attr.shape[1:]) != (length, src_len, self.edge_dim) \
                 or edge_attr.shape[0] not in (1, b):
             raise ValueError(f"edge_attr must be dense [B, L={length}, S={src_len}, C={self.edge_dim}] for "
-                             f"kernel={kernel!r}, got {tuple(edge_attr.shape)}")
+                             f"kernel={plan.kernel!r}, got {tuple(edge_attr.shape)}")
         bb = edge_attr.shape[0]
         ek = self.edge_k_proj(edge_attr).view(bb, length, src_len, h, self.dim_k // h)  # [B, L, S, H, K/H]
         ev = self.edge_v_proj(edge_attr).view(bb, length, src_len, h, self.dim_v // h)  # [B, L, S, H, V/H]

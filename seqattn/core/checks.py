@@ -1,7 +1,7 @@
 """Value checks that need the host (a synchronisation on CUDA, a graph break under ``torch.compile``).
 
 The encoder validates a batch once, when it plans the attention of a forward
-(:func:`seqattn.core.plan.plan_attention`); the kernels themselves check values (edge index ranges,
+(the planner, :mod:`seqattn.core.plan`); the kernels themselves check values (edge index ranges,
 ...) only in debug mode: ``SEQATTN_DEBUG_CHECKS=1`` in the environment, or :func:`set_debug_checks`.
 """
 

@@ -16,10 +16,9 @@ import torch
 from torch import nn
 
 from seqattn.core.attention import MultiHeadAttention
+from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
-from seqattn.core.masks import local_window_mask
-from seqattn.core.plan import PATHS, plan_attention
-from seqattn.core.planning import check_graph_path, choose_graph_path, edge_attr_to_dense, edges_to_dense
+from seqattn.core.plan import PlanOptions, Structure, plan_structure
 from seqattn.core.positional import build_positional
 from seqattn.core.tokens import Tokens
 
@@ -88,16 +87,22 @@ class Encoder(nn.Module):
         ff_mult: feed-forward hidden width as a multiple of D.
         dropout: dropout on residual branches and inside the FFN.
         norm_first: pre-norm (default) or post-norm layers.
-        kernel: ``sdpa`` (default) | ``math`` | ``linear`` | ``edge``.
+        kernel: what the layers compute: ``sdpa`` (default: exact softmax attention, planned onto the
+            fastest exact path) | ``math`` (exact, the reference kernel, always one dense mask) |
+            ``linear`` (linear attention, another model: padding only) | ``edge`` (exact, always the O(E)
+            edge kernel: graph structure only).
         positional: ``none`` | ``learned`` | ``sinusoidal`` | ``rotary``.
         max_len: maximum length for ``positional='learned'`` (required there).
         window: if set, local attention: each token sees only tokens within ±window (positions after
-            any global tokens; planned as a blocked band kernel, not a dense mask).
+            any global tokens; planned as a blocked band kernel, not a dense mask). The one 1-D window
+            knob (``model.window``); a 2-D ``k×k`` window on an image grid is ``Tokens.grid_window``
+            (the image adapter's ``window``). Both together: their logical AND, as a dense mask (the
+            plan's summary says so).
         attn_dropout: dropout on attention weights.
         dim_k, dim_v: total q/k and value widths (default D).
         activation: FFN activation, ``gelu`` | ``relu`` | ``silu``.
         graph_path: for graph structure (``Tokens.edge_index``): ``auto`` | ``dense`` | ``edge``
-            (see :mod:`seqattn.core.planning`); ``Tokens.graph_path`` overrides it per batch.
+            (see :mod:`seqattn.core.graph_cost`); the one graph path knob (``model.graph_path``).
         max_dense_bytes: the dense graph path's memory cap per layer (``auto`` picks ``edge`` above
             it, ``dense`` raises).
         dense_min_fill: ``auto`` picks dense when the edges fill at least this fraction of the
@@ -105,6 +110,13 @@ class Encoder(nn.Module):
         edge_dim: width C of per-edge features (``Tokens.edge_attr [E, C]``) that every layer projects
             into key and value offsets (:class:`~seqattn.core.attention.MultiHeadAttention`); 0 = none.
             The dense path scatters them to ``[B, L, L, C]`` (the math kernel), the edge path keeps them per edge.
+        flex_attention: allow FlexAttention block masks for windows / grid windows / causal where it
+            can train (CUDA); elsewhere the planned CPU paths.
+        attention_path: force one path of :data:`~seqattn.core.attention_plan.PATHS` for every batch
+            (tests and benchmarks); None (default) = planned.
+
+    :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
+    :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
     """
 
     def __init__(
@@ -138,14 +150,13 @@ class Encoder(nn.Module):
         if window is not None and kernel in ("linear", "edge"):
             raise ValueError(f"window attention needs a dense kernel (sdpa or math), got kernel={kernel!r}")
         self.dim, self.window, self.kernel, self.heads = dim, window, kernel, heads
-        self.graph_path = check_graph_path(graph_path)
+        self.graph_path = graph_path
         self.max_dense_bytes, self.dense_min_fill = int(max_dense_bytes), float(dense_min_fill)
         self.flex_attention = bool(flex_attention)
-        if attention_path is not None and attention_path not in PATHS:
-            raise ValueError(f"attention_path {attention_path!r} is not one of {PATHS} (or None = planned)")
         self.attention_path = attention_path
+        _ = self.plan_options  # validates kernel, graph_path and attention_path
         self.last_graph_path: str | None = None  # the path the last graph batch took (inspection, benchmarks)
-        self.last_plan: dict | None = None  # AttentionPlan.describe() of the last forward
+        self.last_plan: dict | None = None  # AttentionPlan.describe() of the last forward, with "summary"
         head_dim = (dim if dim_k is None else dim_k) // heads
         self.positional_name = positional
         self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
@@ -161,37 +172,48 @@ class Encoder(nn.Module):
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
 
-    def _edge_feature_structure(self, x, mask, attn_mask, edge_index, edge_bias, edge_attr, requested) -> dict:
-        """The explicit (unplanned) structure of a batch with edge features: ``{"attn_mask", and either
-        the dense ``edge_attr [B, L, L, C]`` or the edge kernel's ``edge_index``, ``edge_bias``,
-        ``edge_attr [E, C]``}``."""
-        batch, length = x.shape[:2]
-        graph: dict = {}
-        if self.kernel in ("sdpa", "math"):  # dense kernels can take a dense plan
-            path = choose_graph_path(batch, length, edge_index.shape[1], self.heads, self.dim,
-                                     requested or self.graph_path, self.max_dense_bytes, self.dense_min_fill,
-                                     x.device, edge_dim=self.edge_dim)
-            self.last_graph_path = path
-            if path == "dense":
-                if attn_mask is not None:
-                    raise ValueError("tokens carry both an attn_mask and an edge_index; give one structure")
-                attn_mask = edges_to_dense(edge_index, edge_bias, batch, length, self.heads, x.dtype)
-                graph["edge_attr"] = edge_attr_to_dense(edge_index, edge_attr, batch, length)  # [B, L, L, C]
-            else:
-                graph.update(edge_index=edge_index, edge_bias=edge_bias, kernel="edge", edge_attr=edge_attr)
-        else:
-            self.last_graph_path = "edge"
-            graph.update(edge_index=edge_index, edge_bias=edge_bias, kernel="edge", edge_attr=edge_attr)
-        if self.window is not None:
-            band = local_window_mask(length, self.window, x.device)  # [L, L]
-            if attn_mask is None:
-                attn_mask = band
-            elif attn_mask.dtype == torch.bool:
-                attn_mask = attn_mask & band
-            else:
-                attn_mask = attn_mask.masked_fill(~band, float("-inf"))
-        graph["attn_mask"] = attn_mask
-        return graph
+    @property
+    def plan_options(self) -> PlanOptions:
+        """How this encoder plans (kernel, graph path, memory cap, FlexAttention, forced path)."""
+        return PlanOptions(kernel=self.kernel, graph_path=self.graph_path, max_dense_bytes=self.max_dense_bytes,
+                           dense_min_fill=self.dense_min_fill, flex=self.flex_attention, path=self.attention_path)
+
+    def plan(
+        self,
+        x: torch.Tensor | Tokens,
+        mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        edge_index: torch.Tensor | None = None,
+        edge_bias: torch.Tensor | None = None,
+        edge_attr: torch.Tensor | None = None,
+    ) -> AttentionPlan:
+        """The attention plan of a batch (what :meth:`forward` would run), without running the layers.
+
+        Args as in :meth:`forward`: ``x [B, L, D]`` or a :class:`Tokens` (its mask and structure
+        description are used; explicit arguments override them). ``plan(tokens).summary(depth)``
+        is one human line, e.g. ``attention: band ±64 via the CPU flash kernel, 4 layers``.
+        """
+        described: dict = {}
+        if isinstance(x, Tokens):
+            tokens = x
+            x = tokens.x
+            mask = tokens.mask if mask is None else mask
+            attn_mask = tokens.attn_mask if attn_mask is None else attn_mask
+            edge_index = tokens.edge_index if edge_index is None else edge_index
+            edge_bias = tokens.edge_bias if edge_bias is None else edge_bias
+            edge_attr = tokens.edge_attr if edge_attr is None else edge_attr
+            described = {"grid": tokens.grid, "grid_window": tokens.grid_window, "causal": bool(tokens.causal),
+                         "num_global": int(tokens.num_global)}
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"encoder input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
+        if edge_attr is not None and edge_index is not None and (
+                not self.edge_dim or edge_attr.dim() != 2 or edge_attr.shape != (edge_index.shape[1], self.edge_dim)):
+            raise ValueError(f"edge_attr must be [E={edge_index.shape[1]}, C=edge_dim={self.edge_dim}] (an encoder "
+                             f"with edge_dim > 0 reads it), got {tuple(edge_attr.shape)}")
+        structure = Structure(x.shape[0], x.shape[1], x.device, mask=mask, attn_mask=attn_mask, window=self.window,
+                              edge_index=edge_index, edge_bias=edge_bias, edge_attr=edge_attr, dtype=x.dtype,
+                              **described)
+        return plan_structure(structure, self.plan_options, heads=self.heads, dim=self.dim)
 
     def forward(
         self,
@@ -207,8 +229,8 @@ class Encoder(nn.Module):
         """Encode.
 
         Args:
-            x: ``[B, L, D]`` or a :class:`Tokens` (then its mask, structure description -- window,
-                grid_window, causal, num_global -- attn_mask, edge_index and edge_bias are used).
+            x: ``[B, L, D]`` or a :class:`Tokens` (then its mask, structure description -- grid,
+                grid_window, causal, num_global -- attn_mask, edge_index, edge_bias and edge_attr are used).
             mask: ``[B, L]`` bool, True = real token.
             attn_mask: structure ``[L, L]`` / ``[B, L, L]`` / ``[B, H, L, L]`` bool or float bias.
             edge_index: ``[2, E]`` graph edges over flattened ``b * L + l``; planned once per forward
@@ -221,60 +243,22 @@ class Encoder(nn.Module):
                 layer into key and value offsets.
             attention_items: the batch items whose weights are returned (default all).
 
-        The attention of every layer is planned once per forward (:func:`seqattn.core.plan.plan_attention`):
-        an exact kernel whose cost follows the allowed pairs; ``last_plan`` describes the last one. With
-        ``edge_attr`` the layers take the explicit graph path instead (dense ``[B, L, L, C]`` offsets
-        through the math kernel, or per-edge offsets through the edge kernel), chosen as ``graph_path`` says.
+        The attention of every layer is planned once per forward (:meth:`plan`): an exact kernel whose
+        cost follows the allowed pairs; ``last_plan`` describes the last one. Edge features go through
+        the same planner (dense ``[B, L, L, C]`` offsets through the math kernel, or per-edge offsets
+        through the edge kernel, chosen as ``graph_path`` says).
 
         Returns:
             ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B', H, L, L], ...])``.
         """
-        requested = None
-        structure: dict = {}
+        plan = self.plan(x, mask, attn_mask, edge_index, edge_bias, edge_attr)
         if isinstance(x, Tokens):
-            tokens = x
-            x = tokens.x
-            mask = tokens.mask if mask is None else mask
-            attn_mask = tokens.attn_mask if attn_mask is None else attn_mask
-            edge_index = tokens.edge_index if edge_index is None else edge_index
-            edge_bias = tokens.edge_bias if edge_bias is None else edge_bias
-            edge_attr = tokens.edge_attr if edge_attr is None else edge_attr
-            requested = tokens.graph_path
-            structure = {"window": tokens.window, "grid": tokens.grid, "grid_window": tokens.grid_window,
-                         "causal": tokens.causal, "num_global": tokens.num_global}
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(f"encoder input must be [B, L, D={self.dim}], got shape {tuple(x.shape)}")
-        batch, length = x.shape[:2]
-        if edge_attr is not None:
-            if edge_index is None:
-                raise ValueError("edge_attr [E, C] needs an edge_index [2, E]")
-            if not self.edge_dim or edge_attr.dim() != 2 or edge_attr.shape != (edge_index.shape[1], self.edge_dim):
-                raise ValueError(f"edge_attr must be [E={edge_index.shape[1]}, C=edge_dim={self.edge_dim}] (an encoder "
-                                 f"with edge_dim > 0 reads it), got {tuple(edge_attr.shape)}")
-            if structure.get("window") is not None or structure.get("grid_window") is not None or structure.get("causal"):
-                raise ValueError("edge features (edge_attr) combine with graph structure only, not with a window, "
-                                 "grid window or causal tokens")
-            plan, graph = None, self._edge_feature_structure(x, mask, attn_mask, edge_index, edge_bias, edge_attr,
-                                                             requested)
-            attn_mask = graph.pop("attn_mask")
-        else:
-            window = structure.get("window")
-            if self.window is not None:
-                window = self.window if window is None else min(window, self.window)
-            if edge_index is not None and self.kernel not in ("sdpa", "math", "edge"):
-                raise ValueError(f"graph structure needs kernel sdpa, math or edge, got kernel={self.kernel!r}")
-            plan = plan_attention(
-                batch, length, heads=self.heads, dim=self.dim, device=x.device, kernel=self.kernel, mask=mask,
-                attn_mask=attn_mask, window=window, grid=structure.get("grid"), grid_window=structure.get("grid_window"),
-                causal=bool(structure.get("causal", False)), num_global=int(structure.get("num_global", 0)),
-                edge_index=edge_index, edge_bias=edge_bias, graph_path=requested or self.graph_path,
-                max_dense_bytes=self.max_dense_bytes, dense_min_fill=self.dense_min_fill, flex=self.flex_attention,
-                path=self.attention_path)
-            graph = {"plan": plan, "attention_items": attention_items}
-            if not tracing():
-                self.last_plan = plan.describe()
-                if plan.graph_path is not None:
-                    self.last_graph_path = plan.graph_path
+            mask = x.mask if mask is None else mask
+            x = x.x
+        if not tracing():
+            self.last_plan = dict(plan.describe(), summary=plan.summary(len(self.layers)))
+            if plan.graph_path is not None:
+                self.last_graph_path = plan.graph_path
         if self.positional is not None:
             x = self.positional(x)  # [B, L, D]
         if return_attention is True:
@@ -285,10 +269,7 @@ class Encoder(nn.Module):
             wanted = set()
         weights = []
         for i, layer in enumerate(self.layers):
-            if plan is not None:
-                out = layer(x, None, None, i in wanted, rotary=self.rotary, **graph)
-            else:
-                out = layer(x, mask, attn_mask, i in wanted, rotary=self.rotary, **graph)
+            out = layer(x, None, None, i in wanted, rotary=self.rotary, plan=plan, attention_items=attention_items)
             if i in wanted:
                 x, w = out
                 weights.append(w)

@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 
+from seqattn.core.masks import structure_allows
+
 _COMPILED: dict = {}
 
 
@@ -41,23 +43,18 @@ def structure_mask_mod(
     causal: bool = False,
     mask: torch.Tensor | None = None,
 ) -> Callable:
-    """``mask_mod(b, h, q_idx, kv_idx) -> bool`` of a structure description: the same pairs as
-    :func:`seqattn.core.masks.structure_mask` AND the key padding of ``mask [B, L]``; padded queries
+    """``mask_mod(b, h, q_idx, kv_idx) -> bool`` of a structure description: the rules of
+    :func:`seqattn.core.masks.structure_allows` (the same function that builds
+    :func:`~seqattn.core.masks.structure_mask`) AND the key padding of ``mask [B, L]``; padded queries
     allow everything (their output is zeroed by the caller)."""
-    g = num_global
-    width = grid[1] if grid is not None else 1
+    width = grid[1] if grid is not None else None
     half = (grid_window // 2) if grid_window is not None else None
 
     def mask_mod(b, h, q_idx, kv_idx):
-        i, j = q_idx - g, kv_idx - g
-        ok = (i >= 0) | True  # a tensor of the broadcast shape
-        if window is not None:
-            ok = ok & ((i - j).abs() <= window)
-        if half is not None:
-            ok = ok & ((i // width - j // width).abs() <= half) & ((i % width - j % width).abs() <= half)
-        if causal:
-            ok = ok & (j <= i)
-        ok = ok | (i < 0) | (j < 0)  # global rows and columns allow everything
+        ok = structure_allows(q_idx, kv_idx, num_global=num_global, window=window, grid_width=width, grid_half=half,
+                              causal=causal)
+        if ok is None:
+            ok = (q_idx >= 0) | True  # a tensor of the broadcast shape
         if mask is not None:
             ok = (ok & mask[b, kv_idx]) | ~mask[b, q_idx]
         return ok

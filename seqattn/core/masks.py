@@ -69,6 +69,42 @@ def grid_window_mask(height: int, width: int, window: int, device: torch.device 
     return near_rows & near_cols
 
 
+def structure_allows(
+    i: torch.Tensor,
+    j: torch.Tensor,
+    *,
+    num_global: int = 0,
+    window: int | None = None,
+    grid_width: int | None = None,
+    grid_half: int | None = None,
+    causal: bool = False,
+) -> torch.Tensor | None:
+    """The structure rules, written once: may query position ``i`` attend to key position ``j``?
+
+    ``i``, ``j``: integer tensors that broadcast (``[L, 1]`` and ``[1, L]`` for a dense mask, or the
+    scalar indices of a FlexAttention ``mask_mod``). Positions ``< num_global`` are global tokens
+    (allowed with everything); the tokens after them follow, combined by logical AND: ``window``
+    (``|i - j| <= window``), a grid window (``|row - row'| <= grid_half`` and the same for columns,
+    on rows of ``grid_width`` tokens), ``causal`` (``j <= i``). Returns ``None`` when no rule is given.
+    """
+    ti, tj = i - num_global, j - num_global  # positions among the structured tokens
+    ok = None
+
+    def both(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:
+        return b if a is None else a & b
+
+    if window is not None:
+        ok = both(ok, (ti - tj).abs() <= window)
+    if grid_half is not None:
+        w = grid_width
+        ok = both(ok, ((ti // w - tj // w).abs() <= grid_half) & ((ti % w - tj % w).abs() <= grid_half))
+    if causal:
+        ok = both(ok, tj <= ti)
+    if ok is None or not num_global:
+        return ok
+    return ok | (ti < 0) | (tj < 0)  # global rows and columns allow everything
+
+
 def structure_mask(
     length: int,
     *,
@@ -85,29 +121,25 @@ def structure_mask(
     Positions ``0 .. num_global-1`` are global tokens: their rows and columns allow everything. The
     ``T = L - num_global`` tokens after them follow the structure, combined by logical AND:
     ``window`` (``|i - j| <= window``), ``grid_window`` (``k×k`` neighbourhood on the row-major
-    ``grid = (h, w)``, see :func:`grid_window_mask`), ``causal`` (``j <= i``).
+    ``grid = (h, w)``, see :func:`grid_window_mask`), ``causal`` (``j <= i``): the rules of
+    :func:`structure_allows` on every pair.
     """
     tokens = length - num_global
     if tokens < 0:
         raise ValueError(f"num_global={num_global} exceeds the length {length}")
-    struct = None
-
-    def both(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:
-        return b if a is None else a & b
-
-    if window is not None:
-        struct = both(struct, local_window_mask(tokens, window, device))
+    if window is not None and window < 0:
+        raise ValueError(f"window must be >= 0, got {window}")
+    width = half = None
     if grid_window is not None:
         if grid is None or grid[0] * grid[1] != tokens:
             raise ValueError(f"grid_window needs grid (h, w) with h·w = {tokens} tokens, got grid={grid}")
-        struct = both(struct, grid_window_mask(grid[0], grid[1], grid_window, device))
-    if causal:
-        struct = both(struct, causal_mask(tokens, device))
-    if struct is None or not num_global:
-        return struct
-    out = torch.ones(length, length, dtype=torch.bool, device=device)
-    out[num_global:, num_global:] = struct
-    return out  # [L, L]
+        if grid_window < 1 or grid_window % 2 == 0:
+            raise ValueError(f"window must be an odd size >= 1 (a k×k neighbourhood centred on the pixel), "
+                             f"got {grid_window}")
+        width, half = grid[1], grid_window // 2
+    idx = torch.arange(length, device=device)
+    return structure_allows(idx[:, None], idx[None, :], num_global=num_global, window=window, grid_width=width,
+                            grid_half=half, causal=causal)  # [L, L] | None
 
 
 def causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
@@ -140,7 +172,7 @@ def mask_to_edge_index(mask: torch.Tensor) -> torch.Tensor:
     return torch.stack([b * length + j, b * length + i])  # [2, E] (source=key, target=query)
 
 
-def _as_4d(m: torch.Tensor, name: str) -> torch.Tensor:
+def as_4d(m: torch.Tensor, name: str = "attn_mask") -> torch.Tensor:
     """Structure mask ``[L, S]`` / ``[B, L, S]`` / ``[B, H, L, S]`` -> 4-D broadcastable to ``[B, H, L, S]``."""
     if m.dim() == 2:
         return m[None, None]  # [1, 1, L, S]
@@ -151,6 +183,23 @@ def _as_4d(m: torch.Tensor, name: str) -> torch.Tensor:
     raise ValueError(f"{name} must be [L, L], [B, L, L] or [B, H, L, L], got shape {tuple(m.shape)}")
 
 
+def combine_masks(base: torch.Tensor | None, other: torch.Tensor | None) -> torch.Tensor | None:
+    """The one mask combiner: logical AND of two masks broadcastable to ``[B, H, L, S]`` (None = all
+    allowed). Bool with bool: ``&``; a float bias with a bool mask: ``-inf`` where the bool forbids;
+    two float biases: their sum (``-inf`` wins)."""
+    if other is None:
+        return base
+    if base is None:
+        return other
+    if base.dtype == torch.bool and other.dtype == torch.bool:
+        return base & other
+    if base.dtype == torch.bool:
+        base, other = other, base
+    if other.dtype == torch.bool:
+        return base.masked_fill(~other, float("-inf"))
+    return base + other.to(base.dtype)
+
+
 def build_attention_mask(
     mask: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
@@ -158,7 +207,7 @@ def build_attention_mask(
     batch: int | None = None,
     length: int | None = None,
 ) -> torch.Tensor | None:
-    """Combine a padding mask and a structure mask into one kernel mask.
+    """Combine a padding mask and a structure mask into one kernel mask (:func:`combine_masks`).
 
     Args:
         mask: ``[B, S]`` bool padding mask, True = real key.
@@ -183,18 +232,12 @@ def build_attention_mask(
     struct = None
     if attn_mask is not None:
         _check_bool_or_float("attn_mask", attn_mask)
-        struct = _as_4d(attn_mask, "attn_mask")
+        struct = as_4d(attn_mask, "attn_mask")
         if length is not None and (struct.shape[-1] != length or struct.shape[-2] != length):
             raise ValueError(
                 f"attn_mask last two dims must be (L, L) = ({length}, {length}), got {tuple(attn_mask.shape)}"
             )
-    if key is None:
-        return struct
-    if struct is None:
-        return key
-    if struct.dtype == torch.bool:
-        return struct & key  # [B, H|1, L, S]
-    return struct.masked_fill(~key, float("-inf"))  # [B, H|1, L, S]
+    return combine_masks(struct, key)  # [B|1, H|1, L|1, S]
 
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

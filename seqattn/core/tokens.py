@@ -32,19 +32,17 @@ class Tokens:
             layer with ``edge_dim = C`` projects into key and value offsets (``MultiHeadAttention``).
         grid: ``(h, w)`` when the ``L`` tokens (after any global tokens) lie on a row-major 2-D grid
             (images); None otherwise.
-        window: a 1-D local window described, not materialised: token ``i`` may attend to ``j`` iff
-            ``|i - j| <= window`` (positions after the global tokens); None = no window.
         grid_window: odd ``k``: each token attends only to its ``k×k`` neighbourhood on ``grid``
-            (described, not an ``[L, L]`` mask); None = no grid window.
+            (described, not an ``[L, L]`` mask; the image adapter's ``window``); None = no grid window.
         causal: token ``i`` may attend only to ``j <= i`` (positions after the global tokens).
-
-        The encoder plans an exact kernel whose cost follows the allowed pairs from ``mask``,
-        ``window``, ``grid_window``, ``causal``, ``edge_index`` (:mod:`seqattn.core.planning`);
-        global tokens attend to, and are attended by, every real token whatever the structure.
         num_global: how many global tokens (CLS / virtual node) lead each sequence (positions
             ``0 .. num_global-1``); :func:`prepend_global_token` adds one.
-        graph_path: a requested attention path for ``edge_index`` structure (``dense`` | ``edge``);
-            None = the encoder plans it (see :mod:`seqattn.core.planning`).
+
+        The encoder plans an exact kernel whose cost follows the allowed pairs from ``mask``,
+        ``grid_window``, ``causal``, ``edge_index`` and its own options (the 1-D ``window`` ±w, the
+        ``graph_path``, the ``kernel``): :mod:`seqattn.core.plan`; ``Encoder.plan(tokens)`` shows the
+        plan without running the layers. Global tokens attend to, and are attended by, every real
+        token whatever the structure.
         extra: side information for figures and inspection only (e.g. frame features, words);
             no code path depends on it.
     """
@@ -56,8 +54,6 @@ class Tokens:
     edge_bias: torch.Tensor | None = None
     grid: tuple[int, int] | None = None
     num_global: int = 0
-    graph_path: str | None = None
-    window: int | None = None
     grid_window: int | None = None
     causal: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -86,8 +82,6 @@ class Tokens:
                 raise ValueError(f"Tokens.edge_attr must be [E={self.edge_index.shape[1]}, C], "
                                  f"got shape {tuple(self.edge_attr.shape)}")
 
-        if self.window is not None and (not isinstance(self.window, int) or self.window < 0):
-            raise ValueError(f"Tokens.window must be an int >= 0 or None, got {self.window!r}")
         if self.grid_window is not None:
             if not isinstance(self.grid_window, int) or self.grid_window < 1 or self.grid_window % 2 == 0:
                 raise ValueError(f"Tokens.grid_window must be an odd int >= 1 (a k×k neighbourhood), "
@@ -114,8 +108,8 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
       after the original ``E`` edges, the edges global->token, token->global for every real token
       and the global token's self-loop; ``edge_bias [E, H]`` and ``edge_attr [E, C]`` gain zero rows
       for the added edges (``extra["global_edges"]`` counts them, for inspection);
-    - ``num_global`` grows by one (a grid, a window, ``causal``, if any, still describe the tokens
-      after them: the global token sees and is seen by every real token).
+    - ``num_global`` grows by one (a grid, a grid window, ``causal``, the encoder's window, if any,
+      still describe the tokens after them: the global token sees and is seen by every real token).
     """
     x = tokens.x
     b, length, dim = x.shape
@@ -156,5 +150,5 @@ def prepend_global_token(tokens: Tokens, vector: torch.Tensor) -> Tokens:
     if edge_attr is not None:
         edge_attr = torch.cat([edge_attr, edge_attr.new_zeros(n_added, edge_attr.shape[1])])  # [E+G, C]
     return Tokens(x=x, mask=new_mask, attn_mask=attn_mask, edge_index=edge_index, edge_bias=edge_bias, grid=tokens.grid,
-                  num_global=tokens.num_global + 1, graph_path=tokens.graph_path, window=tokens.window,
-                  grid_window=tokens.grid_window, causal=tokens.causal, extra=extra, edge_attr=edge_attr)
+                  num_global=tokens.num_global + 1, grid_window=tokens.grid_window, causal=tokens.causal, extra=extra,
+                  edge_attr=edge_attr)

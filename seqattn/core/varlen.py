@@ -11,7 +11,7 @@ longest (with a key-padding mask only when lengths differ inside it; a bucket of
 is a view, not a copy), written into the padded output. Nested (jagged) tensors would do the same but fall back to the math
 path on CPU (~3 s vs 0.2 s measured); ``varlen_attn`` is CUDA-only.
 
-The lengths must be known on the host: :mod:`seqattn.core.planning` reads them once per forward
+The lengths must be known on the host: the planner (:mod:`seqattn.core.plan`) reads them once per forward
 (one synchronisation per batch, none per layer). Padded query rows are NOT zeroed here (the caller
 zeroes them once); everything else equals the dense reference, values and gradients.
 """

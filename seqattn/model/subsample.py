@@ -87,4 +87,4 @@ class TimeSubsampling(nn.Module):
         y = self.dropout(y).masked_fill(~new_mask.unsqueeze(-1), 0.0)
         extra = dict(tokens.extra)
         extra["subsample"] = k
-        return Tokens(x=y, mask=new_mask, extra=extra, graph_path=tokens.graph_path)
+        return Tokens(x=y, mask=new_mask, extra=extra)

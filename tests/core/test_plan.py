@@ -8,7 +8,7 @@ from seqattn.core import Encoder, Tokens, mask_to_edge_index
 from seqattn.core.kernels import math_attention
 from seqattn.core.masks import grid_window_mask, local_window_mask, structure_mask
 from seqattn.core.plan import plan_attention
-from seqattn.core.planning import edges_to_dense
+from seqattn.core.graph_cost import edges_to_dense
 
 
 def _qkv(b, h, length, d, seed=0, dtype=torch.float32):
@@ -296,7 +296,8 @@ def test_biased_mask_built_at_the_edges_equals_the_dense_construction():
     key padding, dead rows revived), with edges from padded keys and a head whose every edge into
     one query is -inf (dead for that head only)."""
     from seqattn.core.masks import dead_rows, revive_dead_rows
-    from seqattn.core.plan import _biased_mask, combine
+    from seqattn.core.masks import combine_masks as combine
+    from seqattn.core.plan import _biased_mask
 
     b, n, h = 3, 12, 2
     g = torch.Generator().manual_seed(4)

@@ -9,7 +9,7 @@ h heads, d model width, e edges (directed, over the flattened batch), k position
 
 The adapter emits structure only: ``Tokens.edge_index`` (self-loops and k-hop edges) and
 ``Tokens.edge_bias [E', H]``; the encoder plans the attention path (dense blocks or the O(E)
-edge kernel, :mod:`seqattn.core.planning`), since that is a property of attention, not of graphs.
+edge kernel, :mod:`seqattn.core.graph_cost`), since that is a property of attention, not of graphs.
 
 Batch interface (the keys :class:`GraphAdapter` reads, ``GraphAdapter.inputs``)::
 
@@ -42,7 +42,7 @@ import warnings
 import torch
 from torch import nn
 
-from seqattn.core.planning import GRAPH_PATHS
+from seqattn.core.graph_cost import GRAPH_PATHS
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase
 from seqattn.modalities.graph.positional import GRAPH_POSITIONALS
@@ -153,8 +153,8 @@ class GraphAdapter(AdapterBase):
         propagate: ``k > 0``: the node features are concatenated with their ``1..k``-step GCN-normalised
             graph averages before the projection (:func:`smoothed_features`); ``node_proj`` then reads
             ``F·(k+1)`` inputs. Helps when few nodes are labelled and features say little alone.
-        kernel: deprecated: the attention path is the encoder's ``graph_path`` now (``model.graph_path``);
-            given here, it is passed on per batch as ``Tokens.graph_path`` with a warning.
+        kernel: removed (None only): the attention path is the encoder's ``graph_path``
+            (``model.graph_path``); a value raises ``ValueError`` naming it.
     """
 
     spec_fields = {"node_features": "sizes.node_features", "edge_features": "sizes.edge_features"}
@@ -194,13 +194,9 @@ class GraphAdapter(AdapterBase):
             raise ValueError(f"propagate must be an int >= 0 (smoothing steps), got {propagate!r}")
         if positional != "none" and pe_dim <= 0:
             raise ValueError(f"pe_dim must be positive with positional={positional!r}, got {pe_dim}")
-        self.path_hint = None
-        if kernel is not None and kernel != "auto":
-            if kernel not in GRAPH_PATHS:
-                raise ValueError(f"kernel={kernel!r} is not one of {GRAPH_PATHS}")
-            warnings.warn("adapter.kernel is deprecated: the encoder plans the attention path; use "
-                          f"model.graph_path={kernel} (passed on per batch for now)", DeprecationWarning, stacklevel=2)
-            self.path_hint = kernel
+        if kernel is not None and kernel != "auto":  # (conf/adapter/graph.yaml still names the key, as null)
+            raise ValueError(f"adapter.kernel={kernel!r} was removed: the attention path is the encoder's; use "
+                             f"model.graph_path={kernel} (one of {GRAPH_PATHS})")
         if max_dense_bytes is not None or dense_min_fill is not None:
             warnings.warn("adapter.max_dense_bytes / adapter.dense_min_fill are deprecated and ignored: they are "
                           "model.max_dense_bytes / model.dense_min_fill (the encoder plans the path)",
@@ -308,7 +304,7 @@ class GraphAdapter(AdapterBase):
                     0, position, edge_attr.to(h.dtype))  # [E', G], zeros off the input edges
                 parts.insert(0, bond)
             features = self.edge_embed(torch.cat(parts, dim=1))  # [E', C]
-        return Tokens(x=h, mask=mask, edge_index=edges, edge_bias=bias, graph_path=self.path_hint,
+        return Tokens(x=h, mask=mask, edge_index=edges, edge_bias=bias,
                       extra={"graph_edges": edges}, edge_attr=features)
 
     def extra_repr(self) -> str:

@@ -17,7 +17,9 @@ Position lives in the adapter, in 2-D (the encoder then runs with ``positional=n
 ``window=k`` restricts attention to each token's ``k×k`` grid neighbourhood (the seed's "a CNN is
 self-attention with a fixed receptive field"), described as ``Tokens.grid_window`` (the pairs of
 :func:`~seqattn.core.masks.grid_window_mask`, never an ``[L, L]`` tensor): the encoder plans a
-blocked band kernel whose cost follows the ``k×k`` neighbourhoods.
+blocked band kernel whose cost follows the ``k×k`` neighbourhoods. It is the one 2-D window knob
+(``adapter.window``); the encoder's ``model.window`` is a 1-D ±w window over token order, and both
+together mean their logical AND, planned as a dense mask (the run log says so).
 
 Padding: a batch of images of different sizes is padded bottom/right and marked by
 ``pixel_mask [B, H, W]`` (True = real pixel); padded pixels become masked tokens and their

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from seqattn.core import Encoder, MultiHeadAttention, Tokens, prepend_global_token
-from seqattn.core import planning
-from seqattn.core.planning import choose_graph_path, edge_attr_to_dense, edges_to_dense
+from seqattn.core import graph_cost
+from seqattn.core.graph_cost import choose_graph_path, edge_attr_to_dense, edges_to_dense
 from seqattn.modalities.graph.adapter import GraphAdapter, k_hop_edges
 from seqattn.modalities.graph.batching import collate_graphs
 from seqattn.modalities.graph.positional import graph_positional_encoding, laplacian_pe, random_walk_pe
@@ -283,7 +283,7 @@ def test_dense_memory_estimate_error_before_allocating(monkeypatch):
     # 100k nodes and 1M edges as one dense block would need terabytes: auto goes to the edge kernel
     assert choose_graph_path(1, 100_000, 1_100_000, heads=4, dim=64) == "edge"
     # a graph whose attention cannot fit the free memory is refused before the allocation
-    monkeypatch.setattr(planning, "available_memory_bytes", lambda device: 10_000)
+    monkeypatch.setattr(graph_cost, "available_memory_bytes", lambda device: 10_000)
     with pytest.raises(ValueError, match="is available on cpu"):
         _encoder(graph_path="edge")(tokens)
 
@@ -293,13 +293,11 @@ def test_auto_prefers_edge_for_sparse_blocks_and_dense_for_full_ones():
     assert choose_graph_path(8, 10, 8 * 100, HEADS, DIM, dense_min_fill=0.15) == "dense"  # complete graphs
 
 
-def test_the_deprecated_adapter_kernel_still_picks_the_path():
-    batch = batch_of()
-    with pytest.warns(DeprecationWarning, match="model.graph_path=edge"):
-        adapter = GraphAdapter(DIM, F_NODE, heads=HEADS, kernel="edge")
-    encoder = _encoder(graph_path="dense")
-    encoder(adapter(batch["x"], batch["mask"], batch["edge_index"]))
-    assert encoder.last_graph_path == "edge"
+def test_the_removed_adapter_kernel_names_the_encoder_knob():
+    """The graph path is one knob, the encoder's (model.graph_path): adapter.kernel only accepts None."""
+    with pytest.raises(ValueError, match=r"adapter.kernel='edge' was removed.*model.graph_path=edge"):
+        GraphAdapter(DIM, F_NODE, heads=HEADS, kernel="edge")
+    assert not hasattr(Tokens, "graph_path") and "graph_path" not in Tokens.__dataclass_fields__
 
 
 def test_bad_graph_inputs_are_named():

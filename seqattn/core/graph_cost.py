@@ -1,4 +1,5 @@
-"""Structure planning: which exact attention path a structure takes, and what it will cost.
+"""The graph cost model: which exact graph path (dense blocks or the O(E) edge kernel) fits, and
+what it will cost; plus the edge -> dense scatter helpers the dense path uses.
 
 Letters: b batch, n nodes / tokens per sequence (padded), e edges, h heads, d width.
 
@@ -13,7 +14,7 @@ positions ``b * N + n``. Two exact paths compute the same attention:
 ``dense_min_fill`` of the ``B·N²`` blocks and the dense path fits ``max_dense_bytes``); before
 either path allocates, its memory is estimated (:func:`estimate_attention_bytes`) and a
 ``ValueError`` names the estimate when it cannot fit. This is a property of attention, not of
-molecules or social networks: the encoder plans it once per forward.
+molecules or social networks: the planner (:mod:`seqattn.core.plan`) asks it once per forward.
 """
 
 from __future__ import annotations
