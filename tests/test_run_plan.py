@@ -169,8 +169,8 @@ def test_a_budgeted_run_saves_the_composed_config_and_its_plan_and_resume_reads_
     (run_dir / "metrics.json").unlink()
     with caplog.at_level(logging.INFO, logger="seqattn.run"):
         run(compose([f"resume={run_dir}"], tmp_path / "ignored", data))
-    assert "run plan read back" in caplog.text
     assert json.loads((run_dir / "metrics.json").read_text())["epochs"] == 2 and read_plan(run_dir) == plan
+    assert "run plan read back" in caplog.text
     resumed = overrides + [f"resume={run_dir}", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
     _assert_composed(run_dir, resumed, data, checkpoints=())  # nothing left to train: no checkpoint written
 
@@ -192,10 +192,10 @@ def test_a_budgeted_run_saves_the_composed_config_and_its_plan_and_resume_reads_
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="seqattn.run"):
         run(compose([f"resume={run_dir}"], tmp_path / "ignored", data))
-    assert "no run_plan.json (a run written before run plans): planning it again" in caplog.text
     again = read_plan(run_dir)
-    assert (again.max_epochs, again.patience, again.monitor, again.early_stopping) == (3, 5, "val/acc", True)
     assert json.loads((run_dir / "metrics.json").read_text())["epochs"] == 3  # nothing trained beyond the plan
+    assert (again.max_epochs, again.patience, again.monitor, again.early_stopping) == (3, 5, "val/acc", True)
+    assert "no run_plan.json (a run written before run plans): planning it again" in caplog.text
 
 
 def test_a_run_without_validation_saves_the_composed_config_and_the_selection_in_its_plan(tmp_path, caplog):
