@@ -2,8 +2,13 @@
 
 ``train(cfg)`` does the work and returns the metrics (tests call it directly);
 ``main()`` is the Hydra entry point. A run directory holds ``config.yaml`` (the
-resolved config), ``checkpoints/{best,last}.ckpt``, ``metrics.json`` (test metrics),
-``csv/metrics.csv`` (per-epoch curves) and the task's figures.
+config as composed, resolved), ``run_plan.json`` (what the run decided from its data:
+epochs, early stopping, how the best checkpoint is chosen; :mod:`seqattn.training.plan`),
+``checkpoints/{best,last}.ckpt``, ``metrics.json`` (test metrics), ``csv/metrics.csv``
+(per-epoch curves) and the task's figures.
+
+This module is the only reader of the config: what ``seqattn.training`` needs reaches it as
+typed arguments (:class:`~seqattn.training.plan.RunPlan`, ``FinetuneOptions``, ``DistillOptions``).
 """
 
 from __future__ import annotations
@@ -19,14 +24,16 @@ from typing import Any, Callable
 import hydra
 import lightning as L
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
+from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from seqattn.model.build import locate
 from seqattn.training.callbacks import LastCheckpoint
-from seqattn.training.distill import apply_distill
-from seqattn.training.finetune import apply_finetune
+from seqattn.training.distill import DistillOptions, apply_distill
+from seqattn.training.finetune import FinetuneOptions, apply_finetune
+from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
 from seqattn.training.resume import finished_run, keep_previous_metrics, resumable_train_loader, resume_config
 from seqattn.training.sweep import record_failure
 
@@ -39,11 +46,59 @@ if not (CONFIG_DIR / "config.yaml").is_file():  # an installed wheel ships conf/
     CONFIG_DIR = Path(_conf.__file__).resolve().parent
 
 
+_ABSENT = object()
+
+
+def _required(cfg: DictConfig, key: str) -> Any:
+    """``cfg``'s value at the dotted ``key``; its default lives in conf/, so an absent key is an error."""
+    value = OmegaConf.select(cfg, key, default=_ABSENT)
+    if value is _ABSENT:
+        raise ValueError(f"the run config has no {key}: conf/config.yaml (or its group) defines it; a config "
+                         f"written by an older seqattn needs it added (e.g. {key}=... on the command line)")
+    return value
+
+
+def _nodes(group: DictConfig | None) -> list[tuple[str, DictConfig]]:
+    """The ``(key, node)`` entries of a config group (callbacks, loggers) that name a ``_target_``."""
+    return [(key, node) for key, node in (group or {}).items() if node is not None and "_target_" in node]
+
+
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
     """Instantiate every ``_target_`` entry of a config group (callbacks, loggers); nulls are skipped."""
-    if not group:
-        return []
-    return [instantiate(node) for node in group.values() if node is not None and "_target_" in node]
+    return [instantiate(node) for _, node in _nodes(group)]
+
+
+def _is_early_stopping(node: DictConfig) -> bool:
+    """Whether a callback node builds a Lightning ``EarlyStopping`` (or a subclass): by type."""
+    try:
+        cls = get_class(node._target_)
+    except (ImportError, ValueError):  # not a class: instantiate() reports a wrong target
+        return False
+    return issubclass(cls, EarlyStopping)
+
+
+def _early_stopper(cfg: DictConfig) -> tuple[str, DictConfig] | None:
+    """The config's early-stopping callback ``(key, node)``, or None."""
+    return next(((key, node) for key, node in _nodes(cfg.get("callbacks")) if _is_early_stopping(node)), None)
+
+
+def build_callbacks(cfg: DictConfig, plan: RunPlan) -> list[Any]:
+    """The config's callbacks, instantiated under the run plan: an early stopper (found by type) is left
+    out when the plan says so, or gets the planned patience; a callback watching ``objective.monitor``
+    watches the plan's monitor (None: the last epoch is the best). The config is not edited."""
+    configured = cfg.objective.get("monitor")
+    callbacks = []
+    for _, node in _nodes(cfg.get("callbacks")):
+        arguments: dict[str, Any] = {}
+        if _is_early_stopping(node):
+            if not plan.early_stopping:
+                continue
+            if plan.patience is not None:
+                arguments["patience"] = plan.patience
+        if plan.monitor != configured and configured is not None and node.get("monitor") == configured:
+            arguments["monitor"] = plan.monitor
+        callbacks.append(instantiate(node, **arguments))
+    return callbacks
 
 
 def _jsonable(value: Any) -> Any:
@@ -52,18 +107,22 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule) -> L.LightningModule:
+def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule,
+                    plan: RunPlan | None = None) -> L.LightningModule:
     """The objective with its network, built from the config and what the data says about itself.
 
     ``datamodule.spec()`` (a :class:`~seqattn.datakit.spec.DataSpec`: classes, label names,
     vocabulary, feature sizes, target statistics) fills the parts' data-derived arguments; the
     spec is saved in the checkpoint, so a loaded model maps inputs exactly as in training.
+    ``plan`` (the run plan) gives the monitor in place of ``objective.monitor``.
     Nothing is written into the config.
     """
     spec = datamodule.spec()
     log.info("data: %s", spec.describe())
     net_cfg = OmegaConf.to_container(cfg.net, resolve=True)
     objective = OmegaConf.to_container(cfg.objective, resolve=True)  # plain containers only in checkpoints
+    if plan is not None:
+        objective["monitor"] = plan.monitor
     cls = locate(objective.pop("_target_"))
     return cls(net=net_cfg, spec=spec.to_dict(), **objective)
 
@@ -81,78 +140,74 @@ def _overridden(key: str) -> bool:
     return any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides)
 
 
-def plan_selection(cfg: DictConfig, sizes: dict[str, int]) -> str | None:
-    """How the best checkpoint is chosen, given the data's split sizes; edits ``cfg`` for the run.
-
-    - ``objective.monitor`` on ``val/`` with validation examples: as configured (early stopping, best by it);
-    - no validation examples and the default monitor: train for ``trainer.max_epochs``, no early stopping,
-      keep the last epoch's weights as ``best.ckpt`` -- and say so (returns the message);
-    - a monitor named on the command line that the data cannot compute (no validation split, or a test
-      metric): ``ValueError`` saying how to fix it;
-    - ``objective.monitor=null``: the last epoch, as above.
-    """
-    monitor = cfg.objective.get("monitor")
-    if monitor:
-        split = str(monitor).split("/", 1)[0]
-        if split not in ("train", "val"):
-            raise ValueError(f"objective.monitor={monitor!r}: the model must be chosen on the training or validation "
-                             "split (val/..., train/...), never on the test split")
-        if split != "val" or sizes.get("val", 0) > 0:
-            return None
-        if _overridden("objective.monitor"):
-            raise ValueError(f"objective.monitor={monitor!r} but the data has no validation examples (splits: {sizes}); "
-                             "give it a validation split (data.val_fraction, a split column, data.val_path), monitor a "
-                             "training metric (objective.monitor=train/loss_epoch), or objective.monitor=null to "
-                             "train for trainer.max_epochs and keep the last checkpoint")
-        reason = (f"no validation examples (splits: {sizes}): training for all {cfg.trainer.max_epochs} epochs without "
-                  f"early stopping and keeping the last epoch as best.ckpt instead of choosing by {monitor}")
-    else:
-        reason = f"objective.monitor=null: training for all {cfg.trainer.max_epochs} epochs, keeping the last epoch"
-    with open_dict(cfg):
-        cfg.objective.monitor = None
-        if cfg.get("callbacks"):
-            for key in [k for k, v in cfg.callbacks.items() if v is not None and "EarlyStopping" in str(v.get("_target_"))]:
-                cfg.callbacks[key] = None
-        if not sizes.get("val", 0):
-            cfg.trainer.limit_val_batches = 0
-            cfg.trainer.num_sanity_val_steps = 0
-    return reason
+def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: False) -> tuple[Budget, Asked]:
+    """What the run plan is decided from, read from the config: the ``budget.*`` options and what the
+    config asks for (epochs, early stopper, monitor); ``given(key)``: ``key`` was on the command line."""
+    steps = _required(cfg, "budget.steps")
+    budget = Budget(steps=None if steps is None else int(steps), min_epochs=int(_required(cfg, "budget.min_epochs")),
+                    max_epochs=int(_required(cfg, "budget.max_epochs")),
+                    patience=float(_required(cfg, "budget.patience")),
+                    min_patience=int(_required(cfg, "budget.min_patience")))
+    stopper = _early_stopper(cfg)
+    patience = stopper[1].get("patience") if stopper is not None else None
+    asked = Asked(
+        max_epochs=_required(cfg, "trainer.max_epochs"),
+        early_stopping=stopper is not None,
+        patience=None if patience is None else int(patience),
+        monitor=cfg.objective.get("monitor"),
+        accumulate_grad_batches=int(cfg.trainer.get("accumulate_grad_batches") or 1),  # Lightning's default: 1
+        epochs_given=given("trainer.max_epochs"),
+        patience_given=stopper is not None and given(f"callbacks.{stopper[0]}.patience"),
+        monitor_given=given("objective.monitor"),
+    )
+    return budget, asked
 
 
-def plan_budget(cfg: DictConfig, datamodule: L.LightningDataModule,
-                overridden: Callable[[str], bool] = lambda key: False) -> str | None:
-    """``budget.steps``: the epochs (and early-stopping patience) that give about that many optimizer
-    steps on this data; edits ``cfg.trainer.max_epochs`` and the patience, logs the plan. A
-    ``trainer.max_epochs`` or ``callbacks.early_stopping.patience`` given on the command line
-    (``overridden(key)``) wins for that value."""
-    budget = cfg.get("budget") or {}
-    steps = budget.get("steps")
-    if not steps:
-        return None
-    if int(steps) <= 0:
-        raise ValueError(f"budget.steps={steps} must be a positive number of optimizer steps (or null)")
-    batches = len(datamodule.train_dataloader())
-    accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
-    per_epoch = max(1, math.ceil(batches / accumulate))
-    epochs = max(int(budget.get("min_epochs", 1)), math.ceil(int(steps) / per_epoch))
-    epochs = min(epochs, int(budget.get("max_epochs", 1000)))
-    patience = max(int(budget.get("min_patience", 5)), round(float(budget.get("patience", 0.2)) * epochs))
-    given_epochs, given_patience = overridden("trainer.max_epochs"), overridden("callbacks.early_stopping.patience")
-    with open_dict(cfg):
-        if given_epochs:
-            epochs = int(cfg.trainer.max_epochs)
-        cfg.trainer.max_epochs = epochs
-        stopper = (cfg.get("callbacks") or {}).get("early_stopping")
-        if stopper is not None:
-            if given_patience:
-                patience = int(stopper.patience)
-            cfg.callbacks.early_stopping.patience = patience
-    message = (f"budget.steps={steps}: {per_epoch} steps per epoch -> trainer.max_epochs={epochs}"
-               + (" (given)" if given_epochs else "")
-               + (f", early-stopping patience {patience}" + (" (given)" if given_patience else "")
-                  if stopper is not None else ""))
-    log.info("%s", message)
-    return message
+def plan_run(cfg: DictConfig, datamodule: L.LightningDataModule,
+             given: Callable[[str], bool] = lambda key: False) -> RunPlan:
+    """The run plan of ``cfg`` on this data (:func:`seqattn.training.plan.make_plan`): the epochs and
+    early-stopping patience from ``budget.steps``, and how the best checkpoint is chosen without a
+    validation split. A value given on the command line (``given(key)``) wins over the plan's."""
+    budget, asked = plan_inputs(cfg, given)
+    batches = len(datamodule.train_dataloader()) if budget.steps else None
+    return make_plan(budget, asked, datamodule.split_sizes(), batches)
+
+
+def _resumed_plan(cfg: DictConfig, datamodule: L.LightningDataModule) -> RunPlan:
+    """``resume=RUN_DIR``: the run's own ``run_plan.json``, with a ``trainer.max_epochs`` (or early-stopping
+    patience) given on this command line in place of the planned one. A run written before run plans
+    has none: planned again from the data, its config.yaml's epochs and patience (the old plan's,
+    saved in the config then) taken as given."""
+    run_dir = Path(cfg.resume)
+    saved = read_plan(run_dir)
+    if saved is None:
+        log.info("resume=%s: no %s (a run written before run plans): planning it again from the data, with its "
+                 "config.yaml's trainer.max_epochs and early-stopping patience", run_dir, PLAN_FILE)
+        return plan_run(cfg, datamodule, given=lambda key: key == "trainer.max_epochs" or key.endswith(".patience")
+                        or _overridden(key))
+    log.info("resume=%s: run plan read back from %s", run_dir, run_dir / PLAN_FILE)
+    stopper = _early_stopper(cfg)
+    patience = (stopper[1].get("patience") if stopper is not None and _overridden(f"callbacks.{stopper[0]}.patience")
+                else None)
+    return saved.given(max_epochs=cfg.trainer.max_epochs if _overridden("trainer.max_epochs") else None,
+                       patience=patience)
+
+
+def finetune_options(cfg: DictConfig) -> FinetuneOptions:
+    """``init_from`` / ``freeze`` / ``finetune.*`` of the config."""
+    init_from = _required(cfg, "init_from")
+    return FinetuneOptions(init_from=None if init_from is None else str(init_from),
+                           freeze=tuple(_required(cfg, "freeze") or ()),
+                           pretrained_lr_mult=float(_required(cfg, "finetune.pretrained_lr_mult")),
+                           resize_positional=bool(_required(cfg, "finetune.resize_positional")))
+
+
+def distill_options(cfg: DictConfig) -> DistillOptions:
+    """``distill.*`` of the config."""
+    teacher = _required(cfg, "distill.teacher")
+    return DistillOptions(teacher=None if teacher is None else str(teacher),
+                          temperature=float(_required(cfg, "distill.temperature")),
+                          alpha=float(_required(cfg, "distill.alpha")))
 
 
 def check_lengths(model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
@@ -199,24 +254,27 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.training.resume)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    length = plan_budget(cfg, datamodule, _overridden)
-    selection = plan_selection(cfg, datamodule.split_sizes())
-    if selection:
-        log.warning("%s", selection)
-    model = build_objective(cfg, datamodule)
+    # decided once from the data, applied below as arguments; the config stays as composed
+    plan = _resumed_plan(cfg, datamodule) if cfg.get("resume") else plan_run(cfg, datamodule, _overridden)
+    if plan.budget_message:
+        log.info("%s", plan.budget_message)
+    if plan.selection_message:
+        log.warning("%s", plan.selection_message)
+    model = build_objective(cfg, datamodule, plan)
     check_lengths(model, datamodule)
-    finetune = apply_finetune(model, cfg)  # init_from / freeze / finetune.pretrained_lr_mult
-    distill = apply_distill(model, cfg)  # distill.teacher / temperature / alpha
+    finetune = apply_finetune(model, finetune_options(cfg))  # init_from / freeze / finetune.pretrained_lr_mult
+    distill = apply_distill(model, distill_options(cfg))  # distill.teacher / temperature / alpha
     if is_rank_zero:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        log.info("run plan: %s (%s)", plan.describe(), write_plan(out_dir, plan))
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
 
-    callbacks = _instantiate_all(cfg.get("callbacks"))
+    callbacks = build_callbacks(cfg, plan)
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
     loggers = _instantiate_all(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
-                                     default_root_dir=str(out_dir))
+                                     default_root_dir=str(out_dir), **plan.trainer_arguments())
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %s encoder, %.2fk parameters", type(model.net.encoder).__name__, n_params / 1e3)
 
@@ -238,10 +296,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     }
     if finetune:
         metrics["finetune"] = finetune
-    if selection:
-        metrics["selection"] = selection
-    if length:
-        metrics["budget"] = length
+    if plan.selection_message:
+        metrics["selection"] = plan.selection_message
+    if plan.budget_message:
+        metrics["budget"] = plan.budget_message
     if distill:
         metrics["distill"] = distill
     if checkpoint is not None and checkpoint.monitor and checkpoint.best_model_score is not None:

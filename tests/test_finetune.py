@@ -60,6 +60,7 @@ def test_finetune_onto_another_label_set_loads_trains_and_improves(tiny_run, tmp
     """A 12-phone checkpoint fine-tuned onto 5 broad phone classes (a label set it never saw): the
     adapter and encoder load, the head is new, and training improves test accuracy from the start
     point (new head: chance level) to well above the majority class."""
+    from seqattn.run import finetune_options
     from seqattn.training.finetune import apply_finetune
 
     base = tiny_run("speech")
@@ -69,7 +70,7 @@ def test_finetune_onto_another_label_set_loads_trains_and_improves(tiny_run, tmp
         f"init_from={base.best}", "finetune.pretrained_lr_mult=0.5"], tmp_path / "finetuned", workflow_data_dir)
 
     start = _objective(cfg)
-    apply_finetune(start, cfg)
+    apply_finetune(start, finetune_options(cfg))
     datamodule = instantiate(cfg.data)
     datamodule.setup("test")
     before = _accuracy(start, datamodule)
@@ -107,7 +108,7 @@ def test_freeze_keeps_the_pretrained_parts_and_trains_the_head(tiny_run, tmp_pat
 def test_same_label_set_loads_every_tensor_including_the_head(task, tiny_run, tmp_path, workflow_data_dir):
     base = tiny_run(task)
     model = _objective(compose(TASKS[task].overrides + QUIET, tmp_path / "run", workflow_data_dir))
-    report = init_from_checkpoint(model, base.best)
+    report = init_from_checkpoint(model, base.best, resize_positional_table=True)
     assert report["new"] == [] and report["resized"] == []
     pretrained = read_checkpoint(base.best)["state_dict"]
     for name, value in _net(model.state_dict()).items():
@@ -121,7 +122,7 @@ def test_another_encoder_shape_is_an_error_listing_the_tensors(task, tiny_run, t
     model = _objective(compose(TASKS[task].overrides + QUIET + ["model.ff_mult=3", f"model.depth={depth + 1}"],
                                tmp_path / "run", workflow_data_dir))
     with pytest.raises(ValueError, match="does not fit") as err:
-        init_from_checkpoint(model, base.best)
+        init_from_checkpoint(model, base.best, resize_positional_table=True)
     text = str(err.value)
     assert "net.encoder.layers.0.ff" in text and "checkpoint (" in text
     assert f"net.encoder.layers.{depth}." in text and "not in the checkpoint" in text
@@ -133,7 +134,7 @@ def test_learned_positional_table_is_interpolated_to_a_new_max_len(tmp_path, wor
     old = _objective(compose(overrides + ["model.max_len=300"], tmp_path / "a", workflow_data_dir))
     new = _objective(compose(overrides + ["model.max_len=450"], tmp_path / "b", workflow_data_dir))
     state = old.state_dict()
-    report = init_from_state(new, state, old.labels)
+    report = init_from_state(new, state, old.labels, resize_positional_table=True)
     assert report["resized"] == ["net.encoder.positional.weight"]
     table = new.net.encoder.positional.weight.detach()
     torch.testing.assert_close(table[0], state["net.encoder.positional.weight"][0])

@@ -98,7 +98,8 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, mon
 def test_resume_config_reuses_the_run_and_checks_it(tmp_path):
     with pytest.raises(ValueError, match="no config.yaml"):
         resume_config(tmp_path)
-    (tmp_path / "config.yaml").write_text("seed: 3\npaths: {output_dir: elsewhere}\ntrainer: {max_epochs: 2}\n")
+    (tmp_path / "config.yaml").write_text("seed: 3\npaths: {output_dir: elsewhere}\ntrainer: {max_epochs: 2}\n"
+                                          "budget: {steps: 100}\n")
     with pytest.raises(ValueError, match="no checkpoints/last.ckpt"):
         resume_config(tmp_path)
     (tmp_path / "checkpoints").mkdir()
@@ -106,6 +107,7 @@ def test_resume_config_reuses_the_run_and_checks_it(tmp_path):
     cfg = resume_config(tmp_path, ["trainer.max_epochs=5"])
     assert cfg.paths.output_dir == str(tmp_path.resolve()) and cfg.trainer.max_epochs == 5 and cfg.seed == 3
     assert cfg.ckpt_path == str(tmp_path.resolve() / "checkpoints" / "last.ckpt")
+    assert cfg.budget.steps == 100  # the saved config as composed; the plan is read from run_plan.json
 
 
 def _run(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:

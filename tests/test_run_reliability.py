@@ -235,26 +235,27 @@ def test_the_epoch_line_shows_this_epochs_training_loss(tmp_path, caplog):
 
 
 def test_a_step_budget_sets_the_epochs_and_patience_from_the_data(tmp_path):
-    from seqattn.run import plan_budget
+    from seqattn.run import plan_run
 
     cfg = compose(TASKS["text_cls"].overrides + KEEP_STOPPING + ["budget.steps=100", "budget.patience=0.5"],
                   tmp_path / "run", tmp_path / "data")
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
     batches = len(datamodule.train_dataloader())  # 400 sentences / 32
-    assert "trainer.max_epochs=8" in plan_budget(cfg, datamodule) and batches == 13
-    assert cfg.trainer.max_epochs == 8 and cfg.callbacks.early_stopping.patience == 5  # ceil(100 / 13); max(5, 4)
+    plan = plan_run(cfg, datamodule)
+    assert "trainer.max_epochs=8" in plan.budget_message and batches == 13
+    assert plan.max_epochs == 8 and plan.patience == 5  # ceil(100 / 13); max(5, 4)
+    assert cfg.trainer.max_epochs == 3 and cfg.callbacks.early_stopping.patience == 8  # the config is not edited
     small = compose(TASKS["text_cls"].overrides + KEEP_STOPPING + ["budget.steps=100", "data.synth.n_train=64"],
                     tmp_path / "run2", tmp_path / "data")
     datamodule = instantiate(small.data)
     datamodule.setup("fit")
-    plan_budget(small, datamodule)
-    assert small.trainer.max_epochs == 50  # 2 batches per epoch: a small set trains more epochs
+    assert plan_run(small, datamodule).max_epochs == 50  # 2 batches per epoch: a small set trains more epochs
     # a value given on the command line wins over the plan for that value
     given = compose(TASKS["text_cls"].overrides + KEEP_STOPPING + ["budget.steps=100", "trainer.max_epochs=3"],
                     tmp_path / "run3", tmp_path / "data")
     datamodule = instantiate(given.data)
     datamodule.setup("fit")
-    message = plan_budget(given, datamodule, overridden=lambda key: key == "trainer.max_epochs")
-    assert given.trainer.max_epochs == 3 and "trainer.max_epochs=3 (given)" in message
-    assert given.callbacks.early_stopping.patience == 5  # max(min_patience 5, 0.2 * 3)
+    plan = plan_run(given, datamodule, given=lambda key: key == "trainer.max_epochs")
+    assert plan.max_epochs == 3 and "trainer.max_epochs=3 (given)" in plan.budget_message
+    assert plan.patience == 5  # max(min_patience 5, 0.2 * 8)

@@ -148,8 +148,8 @@ def test_distillation_into_a_frame_labeling_student(tiny_run, tmp_path, workflow
 
 
 def test_distill_is_refused_by_objectives_without_it(tiny_run):
-    from seqattn.training.distill import apply_distill
+    from seqattn.training.distill import DistillOptions, apply_distill
 
-    assert apply_distill(torch.nn.Linear(2, 2), {"distill": {"teacher": None}}) is None
+    assert apply_distill(torch.nn.Linear(2, 2), DistillOptions(None, 2.0, 0.5)) is None
     with pytest.raises(ValueError, match="Linear has no distillation"):
-        apply_distill(torch.nn.Linear(2, 2), {"distill": {"teacher": str(tiny_run("speech_cls").best)}})
+        apply_distill(torch.nn.Linear(2, 2), DistillOptions(str(tiny_run("speech_cls").best), 2.0, 0.5))

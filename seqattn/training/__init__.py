@@ -4,6 +4,8 @@
   exact-resume random states;
 - :mod:`~seqattn.training.checkpoint`: reading a checkpoint safely and rebuilding its model;
 - :mod:`~seqattn.training.finetune`: ``init_from=`` / ``freeze=`` / pretrained learning-rate scale;
+- :mod:`~seqattn.training.plan`: the run plan (epochs from ``budget.steps``, checkpoint selection without a
+  validation split), saved as ``run_plan.json``;
 - :mod:`~seqattn.training.resume`: ``resume=RUN_DIR``, resumable train loaders;
 - :mod:`~seqattn.training.sweep`: the summary table of a Hydra multirun.
 """

@@ -11,6 +11,7 @@ checkpoint holds no trace of it, so the student loads and predicts without the t
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +23,31 @@ from seqattn.training.checkpoint import build_model, read_checkpoint
 log = logging.getLogger("seqattn.training.distill")
 
 
-def load_teacher(path: str | Path, temperature: float = 2.0, alpha: float = 0.5) -> Distillation:
+@dataclass(frozen=True)
+class DistillOptions:
+    """``distill.*`` (defaults in conf/config.yaml, built by ``seqattn.run``)."""
+
+    teacher: str | None  # a seqattn checkpoint trained on the same labels; None = no distillation
+    temperature: float  # T > 0 of both softmaxes
+    alpha: float  # weight of the teacher's term, in [0, 1]
+
+
+def load_teacher(path: str | Path, temperature: float, alpha: float) -> Distillation:
     """The :class:`~seqattn.objectives.distill.Distillation` of a teacher checkpoint (``weights_only``)."""
     teacher = build_model(read_checkpoint(path))  # eval mode
     return Distillation(teacher, temperature=temperature, alpha=alpha, source=str(path))
 
 
-def apply_distill(model: nn.Module, cfg: Any) -> dict[str, Any] | None:
-    """The run config's ``distill`` node applied to a freshly built objective. Returns a summary for
-    ``metrics.json`` (None without ``distill.teacher``)."""
-    options = cfg.get("distill") or {}
-    path = options.get("teacher")
+def apply_distill(model: nn.Module, options: DistillOptions) -> dict[str, Any] | None:
+    """``options`` (``distill.*``) applied to a freshly built objective. Returns a summary for
+    ``metrics.json`` (None without a teacher)."""
+    path = options.teacher
     if not path:
         return None
     if not callable(getattr(model, "set_distillation", None)):
         raise ValueError(f"distill.teacher is set, but {type(model).__name__} has no distillation; it is an option "
                          "of the classification and labeling objectives")
-    distillation = load_teacher(path, float(options.get("temperature", 2.0)), float(options.get("alpha", 0.5)))
+    distillation = load_teacher(path, options.temperature, options.alpha)
     model.set_distillation(distillation)
     n = sum(p.numel() for p in distillation.teacher.parameters())
     log.info("distilling from %s (%s encoder, %.1fk parameters), T=%g, alpha=%g", path,

@@ -17,6 +17,7 @@ scales the learning rate of the loaded tensors (``Objective.lr_multipliers``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -31,6 +32,17 @@ log = logging.getLogger("seqattn.training.finetune")
 NET = "net."
 TASK_SPECIFIC = ("net.head.", "net.global_token")  # re-initialised when the label set differs
 FREEZABLE = ("adapter", "encoder", "head", "global_token")
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    """What to start from and what to train (``init_from``, ``freeze``, ``finetune.*``; defaults in
+    conf/config.yaml, built by ``seqattn.run``)."""
+
+    init_from: str | None  # a seqattn checkpoint whose adapter + encoder are loaded; None = a fresh model
+    freeze: tuple[str, ...]  # parts left untrained, among FREEZABLE
+    pretrained_lr_mult: float  # learning rate of the loaded tensors = optimizer.lr * this (> 0)
+    resize_positional: bool  # interpolate a learned positional table to the new model.max_len
 
 
 def _task_specific(name: str) -> bool:
@@ -55,7 +67,7 @@ def init_from_state(
     model: nn.Module,
     state_dict: dict[str, torch.Tensor],
     source_labels: Sequence[str] | None,
-    resize_positional_table: bool = True,
+    resize_positional_table: bool,
 ) -> dict[str, list[str]]:
     """Copy a pretrained objective's ``net.*`` tensors into ``model`` (an ``Objective``).
 
@@ -117,7 +129,7 @@ def init_from_state(
     return {"loaded": loaded, "new": new, "resized": resized}
 
 
-def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_table: bool = True
+def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_table: bool
                          ) -> dict[str, list[str]]:
     """:func:`init_from_state` from a seqattn checkpoint file (read with ``weights_only=True``); logs
     which tensors were loaded, resized and newly initialised."""
@@ -156,22 +168,19 @@ def freeze(model: nn.Module, parts: Sequence[str]) -> list[str]:
     return frozen
 
 
-def apply_finetune(model: nn.Module, cfg: Any) -> dict[str, Any] | None:
-    """The run config's ``init_from`` / ``freeze`` / ``finetune`` applied to a freshly built objective.
+def apply_finetune(model: nn.Module, options: FinetuneOptions) -> dict[str, Any] | None:
+    """``options`` (``init_from`` / ``freeze`` / ``finetune.*``) applied to a freshly built objective.
     Returns a summary for ``metrics.json`` (None when nothing was asked)."""
-    init_from = cfg.get("init_from")
-    parts = list(cfg.get("freeze") or [])
-    options = cfg.get("finetune") or {}
     summary: dict[str, Any] = {}
-    if init_from:
-        report = init_from_checkpoint(model, init_from, bool(options.get("resize_positional", True)))
-        mult = float(options.get("pretrained_lr_mult", 1.0))
+    if options.init_from:
+        report = init_from_checkpoint(model, options.init_from, options.resize_positional)
+        mult = options.pretrained_lr_mult
         if mult <= 0:
             raise ValueError(f"finetune.pretrained_lr_mult={mult} must be > 0 (use freeze=[...] to stop training)")
         if mult != 1.0:
             model.lr_multipliers = {name: mult for name in report["loaded"]}
-        summary.update(init_from=str(init_from), loaded=len(report["loaded"]), new=report["new"],
+        summary.update(init_from=str(options.init_from), loaded=len(report["loaded"]), new=report["new"],
                        resized=report["resized"], pretrained_lr_mult=mult)
-    if parts:
-        summary["frozen"] = len(freeze(model, parts))
+    if options.freeze:
+        summary["frozen"] = len(freeze(model, list(options.freeze)))
     return summary or None

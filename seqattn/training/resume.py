@@ -11,8 +11,9 @@ Three pieces make a resumed run end with the same weights as an uninterrupted on
    handed out. Resumed mid-epoch, it draws the same permutation and skips the batches already
    trained on, so the epoch is neither replayed nor reshuffled (without this, Lightning restarts
    the data iterator: the rest of the epoch would see the first batches of a new order).
-3. ``resume=`` reads the run's own ``config.yaml``, writes into the same run directory and
-   continues from ``checkpoints/last.ckpt``.
+3. ``resume=`` reads the run's own ``config.yaml`` (the config as composed) and ``run_plan.json``
+   (the epochs and checkpoint selection the run decided from its data; :mod:`seqattn.training.plan`),
+   writes into the same run directory and continues from ``checkpoints/last.ckpt``.
 """
 
 from __future__ import annotations
@@ -139,8 +140,9 @@ def keep_previous_metrics(run_dir: str | Path) -> Path | None:
 
 def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
     """The config of an earlier run to continue: its ``config.yaml`` with ``ckpt_path`` set to its
-    ``checkpoints/last.ckpt`` and ``paths.output_dir`` to ``run_dir``; ``overrides`` (``key=value``
-    strings, e.g. ``trainer.max_epochs=60``) are applied on top."""
+    ``checkpoints/last.ckpt``, ``paths.output_dir`` to ``run_dir`` and ``resume`` to ``run_dir``;
+    ``overrides`` (``key=value`` strings, e.g. ``trainer.max_epochs=60``) are applied on top. The
+    run's plan (``run_plan.json``) is read back by ``seqattn.run``, not folded into the config."""
     run_dir = Path(run_dir).expanduser().resolve()
     config, last = run_dir / "config.yaml", run_dir / "checkpoints" / "last.ckpt"
     if not config.is_file():
@@ -156,7 +158,5 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictCon
         cfg.ckpt_path = str(last)
         cfg.paths.output_dir = str(run_dir)
         cfg.resume = str(run_dir)
-        if cfg.get("budget") is not None:  # the saved trainer.max_epochs already holds the budget's plan
-            cfg.budget.steps = None
     log.info("resuming %s from %s", run_dir, last)
     return cfg

@@ -1,0 +1,212 @@
+"""The run plan: decisions taken from the data (epochs from ``budget.steps``, checkpoint selection without
+a validation split) live in ``run_plan.json``, applied as arguments; ``config.yaml`` stays as composed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from omegaconf import OmegaConf, open_dict
+
+from seqattn.run import build_callbacks, distill_options, finetune_options, plan_inputs, run, train
+from seqattn.training.callbacks import MonitorGuard
+from seqattn.training.checkpoint import read_checkpoint
+from seqattn.training.distill import DistillOptions
+from seqattn.training.finetune import FinetuneOptions
+from seqattn.training.plan import Asked, Budget, RunPlan, make_plan, read_plan, write_plan
+from tests.workflows import QUIET, TASKS, compose
+
+BUDGET = Budget(steps=100, min_epochs=1, max_epochs=1000, patience=0.2, min_patience=5)
+NO_BUDGET = Budget(steps=None, min_epochs=1, max_epochs=1000, patience=0.2, min_patience=5)
+ASKED = Asked(max_epochs=3, early_stopping=True, patience=8, monitor="val/acc", accumulate_grad_batches=1)
+SIZES = {"train": 400, "val": 50, "test": 60}
+KEEP_STOPPING = [q for q in QUIET if "early_stopping" not in q]  # quiet, with the recipe's early stopping
+
+
+class Patience(EarlyStopping):
+    """An early stopper whose ``_target_`` does not say "EarlyStopping": found by type all the same."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan from typed inputs
+
+
+def test_a_step_budget_plans_epochs_and_patience_and_a_given_value_wins():
+    plan = make_plan(BUDGET, ASKED, SIZES, train_batches=13)
+    assert (plan.max_epochs, plan.patience, plan.monitor, plan.early_stopping, plan.validate) == (8, 5, "val/acc",
+                                                                                                 True, True)
+    assert plan.budget_message == "budget.steps=100: 13 steps per epoch -> trainer.max_epochs=8, early-stopping patience 5"
+    assert plan.selection_message is None and plan.trainer_arguments() == {"max_epochs": 8}
+    accumulated = make_plan(BUDGET, Asked(3, True, 8, "val/acc", accumulate_grad_batches=2), SIZES, train_batches=13)
+    assert accumulated.max_epochs == 15 and accumulated.budget.steps_per_epoch == 7  # ceil(13 / 2) steps an epoch
+    clamped = make_plan(Budget(100, 1, 4, 0.5, 1), ASKED, SIZES, train_batches=13)
+    assert (clamped.max_epochs, clamped.patience) == (4, 2)
+    given = make_plan(BUDGET, Asked(3, True, 2, "val/acc", 1, epochs_given=True, patience_given=True), SIZES, 13)
+    assert (given.max_epochs, given.patience) == (3, 2)
+    assert given.budget_message.endswith("-> trainer.max_epochs=3 (given), early-stopping patience 2 (given)")
+    no_stopper = make_plan(BUDGET, Asked(3, False, None, "val/acc", 1), SIZES, 13)
+    assert no_stopper.patience is None and no_stopper.budget_message.endswith("trainer.max_epochs=8")
+    unbudgeted = make_plan(NO_BUDGET, ASKED, SIZES)
+    assert (unbudgeted.max_epochs, unbudgeted.patience, unbudgeted.budget_message) == (3, None, None)
+    with pytest.raises(ValueError, match=r"budget.steps=-5 must be a positive number"):
+        make_plan(Budget(-5, 1, 1000, 0.2, 5), ASKED, SIZES, train_batches=13)
+
+
+def test_without_validation_the_last_epoch_is_kept_and_a_bad_monitor_is_an_error():
+    plan = make_plan(BUDGET, ASKED, {"train": 400, "val": 0, "test": 60}, train_batches=13)
+    assert (plan.monitor, plan.early_stopping, plan.validate) == (None, False, False)
+    assert plan.selection_message == (
+        "no validation examples (splits: {'train': 400, 'val': 0, 'test': 60}): training for all 8 epochs without "
+        "early stopping and keeping the last epoch as best.ckpt instead of choosing by val/acc")
+    assert plan.trainer_arguments() == {"max_epochs": 8, "limit_val_batches": 0, "num_sanity_val_steps": 0}
+    null = make_plan(NO_BUDGET, Asked(3, True, 8, None, 1), SIZES)
+    assert (null.monitor, null.early_stopping, null.validate) == (None, False, True)
+    assert null.selection_message == "objective.monitor=null: training for all 3 epochs, keeping the last epoch"
+    on_train = make_plan(BUDGET, Asked(3, True, 8, "train/loss_epoch", 1), {"train": 9, "val": 0}, train_batches=1)
+    assert (on_train.monitor, on_train.early_stopping, on_train.selection) == ("train/loss_epoch", True, None)
+    with pytest.raises(ValueError, match=r"objective.monitor='val/acc' but the data has no validation examples"):
+        make_plan(BUDGET, Asked(3, True, 8, "val/acc", 1, monitor_given=True), {"train": 9, "val": 0}, 1)
+    with pytest.raises(ValueError, match="never on the test split"):
+        make_plan(NO_BUDGET, Asked(3, True, 8, "test/acc", 1), SIZES)
+
+
+def test_the_plan_round_trips_through_run_plan_json_and_takes_a_later_given_value(tmp_path):
+    plan = make_plan(BUDGET, ASKED, {"train": 400, "val": 0, "test": 60}, train_batches=13)
+    path = write_plan(tmp_path, plan)
+    assert path.name == "run_plan.json"
+    saved = json.loads(path.read_text())
+    assert saved["max_epochs"] == 8 and saved["monitor"] is None and saved["validate"] is False
+    assert saved["messages"] == {"budget": plan.budget_message, "selection": plan.selection_message}
+    assert read_plan(tmp_path) == plan
+    longer = plan.given(max_epochs=12)
+    assert longer.max_epochs == 12 and longer.patience == 5
+    assert "trainer.max_epochs=12 (given)" in longer.budget_message and "all 12 epochs" in longer.selection_message
+    assert read_plan(tmp_path / "elsewhere") is None  # a run written before run plans
+    path.write_text('{"version": 1, "max_epochs": 3}')
+    with pytest.raises(ValueError, match="run_plan.json: not a run plan"):
+        read_plan(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan applied as arguments; options read once, from the YAML
+
+
+def _cfg(tmp_path, overrides=()):
+    return compose(TASKS["text_cls"].overrides + KEEP_STOPPING + list(overrides), tmp_path / "run", tmp_path / "data")
+
+
+def test_callbacks_follow_the_plan_and_an_early_stopper_is_found_by_type(tmp_path):
+    cfg = _cfg(tmp_path, ["+callbacks.stopper._target_=tests.test_run_plan.Patience", "+callbacks.stopper.monitor=val/acc"])
+    before = OmegaConf.to_yaml(cfg)
+    kept = build_callbacks(cfg, RunPlan(8, 5, "val/acc", early_stopping=True, validate=True))
+    stoppers = [c for c in kept if isinstance(c, EarlyStopping)]
+    assert len(stoppers) == 2 and {s.patience for s in stoppers} == {5}
+    last = build_callbacks(cfg, RunPlan(8, 5, None, early_stopping=False, validate=False))
+    assert not any(isinstance(c, EarlyStopping) for c in last)
+    checkpoint = next(c for c in last if type(c) is ModelCheckpoint)
+    guard = next(c for c in last if isinstance(c, MonitorGuard))
+    assert checkpoint.monitor is None and guard.monitor is None
+    assert OmegaConf.to_yaml(cfg) == before  # nothing written into the config
+
+
+def test_training_options_and_budget_come_from_the_yaml_and_a_missing_key_is_an_error(tmp_path):
+    cfg = _cfg(tmp_path, ["finetune.pretrained_lr_mult=0.5", "distill.alpha=0.25", "freeze=[adapter]"])
+    root = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
+    assert finetune_options(cfg) == FinetuneOptions(None, ("adapter",), 0.5, root.finetune.resize_positional)
+    assert distill_options(cfg) == DistillOptions(None, root.distill.temperature, 0.25)
+    budget, asked = plan_inputs(cfg, given=lambda key: key == "trainer.max_epochs")
+    assert budget == Budget(**OmegaConf.to_container(root.budget))
+    assert asked == Asked(3, True, 8, "val/acc", 1, epochs_given=True)
+    for key in ("budget.min_patience", "finetune.pretrained_lr_mult", "distill.temperature"):
+        broken = _cfg(tmp_path)
+        node, _, leaf = key.rpartition(".")
+        with open_dict(broken):
+            del OmegaConf.select(broken, node)[leaf]
+        with pytest.raises(ValueError, match=rf"the run config has no {key}"):
+            plan_inputs(broken), finetune_options(broken), distill_options(broken)
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end: config.yaml is the composed config, run_plan.json the derived values
+
+
+def _composed(overrides, out: Path, data: Path) -> str:
+    """``config.yaml`` as ``python -m seqattn.run <overrides> --cfg job --resolve`` composes it, with the run
+    directory (``paths.output_dir``, Hydra's runtime output dir) and the data dir set as the tests set them."""
+    return OmegaConf.to_yaml(compose(overrides, out, data), resolve=True)
+
+
+def _assert_composed(run_dir: Path, overrides, data: Path, checkpoints=("best.ckpt", "last.ckpt")) -> None:
+    """config.yaml, and the run config inside the ``checkpoints`` this run wrote, are the composed config."""
+    composed = _composed(overrides, run_dir, data)
+    assert (run_dir / "config.yaml").read_text() == composed
+    for name in checkpoints:
+        assert read_checkpoint(run_dir / "checkpoints" / name)["seqattn_config"] == OmegaConf.to_container(
+            OmegaConf.create(composed))
+
+
+def _patience(checkpoint: Path) -> list[int]:
+    states = torch.load(checkpoint, weights_only=True)["callbacks"]
+    return [state["patience"] for key, state in states.items() if key.startswith("EarlyStopping")]
+
+
+def test_a_budgeted_run_saves_the_composed_config_and_its_plan_and_resume_reads_it_back(tmp_path, caplog):
+    run_dir, data = tmp_path / "run", tmp_path / "data"
+    overrides = TASKS["text_cls"].overrides + KEEP_STOPPING + ["budget.steps=100", "trainer.max_epochs=2"]
+    metrics = train(compose(overrides, run_dir, data))
+    _assert_composed(run_dir, overrides, data)  # budget.steps=100, trainer.max_epochs=2, patience 8
+    plan = read_plan(run_dir)
+    assert (plan.max_epochs, plan.patience, plan.budget.steps_per_epoch, plan.budget.epochs_given) == (2, 5, 13, True)
+    assert metrics["budget"] == plan.budget_message == json.loads((run_dir / "metrics.json").read_text())["budget"]
+    assert metrics["epochs"] == 2 and _patience(run_dir / "checkpoints" / "last.ckpt") == [5]
+
+    # killed after its last checkpoint: resume continues under the saved plan (2 epochs), not a new one
+    # (planned again, budget.steps=100 would give 8 epochs: trainer.max_epochs is not on this command line)
+    (run_dir / "metrics.json").unlink()
+    with caplog.at_level(logging.INFO, logger="seqattn.run"):
+        run(compose([f"resume={run_dir}"], tmp_path / "ignored", data))
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs"] == 2 and read_plan(run_dir) == plan
+    assert "run plan read back" in caplog.text
+    resumed = overrides + [f"resume={run_dir}", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
+    _assert_composed(run_dir, resumed, data, checkpoints=())  # nothing left to train: no checkpoint written
+
+    # trainer.max_epochs on the resume's command line trains further, under the same plan otherwise
+    run(compose([f"resume={run_dir}", "trainer.max_epochs=3"], tmp_path / "ignored", data))
+    longer = read_plan(run_dir)
+    assert longer == plan.given(max_epochs=3) and json.loads((run_dir / "metrics.json").read_text())["epochs"] == 3
+    _assert_composed(run_dir, resumed + ["trainer.max_epochs=3"], data, checkpoints=())
+    # the checkpoints keep the config the run was started with (Objective.on_load_checkpoint restores it)
+    assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["seqattn_config"] == OmegaConf.to_container(
+        OmegaConf.create(_composed(overrides, run_dir, data)))
+
+    # a run written before run plans (its config.yaml held the plan's values): planned again, those kept
+    (run_dir / "metrics.json").unlink()
+    (run_dir / "run_plan.json").unlink()
+    legacy = OmegaConf.load(run_dir / "config.yaml")
+    legacy.callbacks.early_stopping.patience = longer.patience
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(legacy))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="seqattn.run"):
+        run(compose([f"resume={run_dir}"], tmp_path / "ignored", data))
+    again = read_plan(run_dir)
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs"] == 3  # nothing trained beyond the plan
+    assert (again.max_epochs, again.patience, again.monitor, again.early_stopping) == (3, 5, "val/acc", True)
+    assert "no run_plan.json (a run written before run plans): planning it again" in caplog.text
+
+
+def test_a_run_without_validation_saves_the_composed_config_and_the_selection_in_its_plan(tmp_path, caplog):
+    run_dir, data = tmp_path / "run", tmp_path / "data"
+    overrides = TASKS["text_cls"].overrides + KEEP_STOPPING + ["data.synth.n_val=0", "trainer.max_epochs=2"]
+    with caplog.at_level(logging.WARNING, logger="seqattn.run"):
+        metrics = train(compose(overrides, run_dir, data))
+    _assert_composed(run_dir, overrides, data)  # objective.monitor=val/acc and the early stopper, as composed
+    plan = read_plan(run_dir)
+    assert (plan.max_epochs, plan.monitor, plan.early_stopping, plan.validate) == (2, None, False, False)
+    assert metrics["selection"] == plan.selection_message and plan.selection_message in caplog.text
+    assert "no validation examples" in plan.selection_message and metrics["epochs"] == 2
+    best = read_checkpoint(run_dir / "checkpoints" / "best.ckpt")
+    assert best["hyper_parameters"]["monitor"] is None and _patience(run_dir / "checkpoints" / "best.ckpt") == []
