@@ -37,11 +37,10 @@ from seqattn.core.positional import (
     build_positional,
     sinusoidal_table,
 )
-from seqattn.core.tokens import IGNORE_INDEX, Tokens, prepend_global_token
+from seqattn.core.tokens import Tokens, prepend_global_token
 
 __all__ = [
     "AttentionPlan",
-    "IGNORE_INDEX",
     "PATHS",
     "KERNELS",
     "POSITIONALS",
