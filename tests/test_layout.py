@@ -217,7 +217,8 @@ def test_a_bench_module_names_only_its_own_modality(tmp_path):
         (package / folder / "__init__.py").write_text("")
     (package / "bench" / "graph.py").write_text("from seqattn.modalities.graph import adapter\n")
     (package / "bench" / "core.py").write_text("from seqattn.modalities.graph import adapter\n")
-    (package / "bench" / "audio2.py").write_text("import seqattn.modalities\nfrom seqattn.modalities.audio import viz\n")
+    (package / "bench" / "audio2.py").write_text("import seqattn.modalities\n"
+                                                 "from seqattn.modalities.audio import viz\n")
     assert rule_violations(package / "bench" / "graph.py", package) == []
     why = "only a modality's own folder (and its bench/<m>.py suite) names it"
     for module, named in (("core", "seqattn.modalities.graph"), ("audio2", "seqattn.modalities.audio")):

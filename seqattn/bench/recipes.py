@@ -2,9 +2,10 @@
 
 Runs ``python -m seqattn.run task=T <common overrides> <variant overrides>`` in a subprocess for
 every task (one per ``conf/task/<task>.yaml``, sorted) and variant, interleaved (task by task,
-variant by variant, ``--rounds`` times), so that a machine whose load drifts disturbs every variant alike, and writes one table: wall seconds (the
-whole command: start-up, data, fit, test, figures), fit seconds, epochs and the test metrics, with
-each variant's wall time as a ratio to the first variant's.
+variant by variant, ``--rounds`` times), so that a machine whose load drifts disturbs every variant
+alike, and writes one table: wall seconds (the whole command: start-up, data, fit, test, figures),
+fit seconds, epochs and the test metrics, with each variant's wall time as a ratio to the first
+variant's.
 
 Variants are ``name=overrides`` (space-separated Hydra overrides; empty for the defaults), e.g. the
 CPU precision switches::

@@ -12,9 +12,10 @@ applies to training steps only; validation and test losses stay the plain cross-
 with a student trained without a teacher.
 
 The teacher sees what the student sees: when the student's adapter augments its inputs while
-training and exposes them (the adapter hook ``augmented_inputs`` of :mod:`seqattn.model.protocols`, a dict of batch keys, e.g. the cropped,
-shifted, noisy waveforms of :class:`~seqattn.modalities.audio.augment.AugmentedAudioAdapter`), the
-teacher reads those instead of the clean batch ("consistent" teaching: the soft targets are the
+training and exposes them (the adapter hook ``augmented_inputs`` of :mod:`seqattn.model.protocols`, a
+dict of batch keys, e.g. the cropped, shifted, noisy waveforms of
+:class:`~seqattn.modalities.audio.augment.AugmentedAudioAdapter`), the teacher reads those instead of
+the clean batch ("consistent" teaching: the soft targets are the
 teacher's view of the very example the student is trained on, so every augmented view adds targets).
 
 The teacher is frozen and in eval mode (no dropout, no augmentation of its own); it is held outside the
