@@ -16,10 +16,6 @@ machinery), ``modalities/<m>/`` (one folder per modality), ``objectives/`` (Ligh
 ``predict``, ``export``, ``bench``.
 """
 
-from seqattn import _deprecated
-
-_deprecated.install()  # old module paths (seqattn.adapters.audio, seqattn.data.text, ...) keep working
-
 __version__ = "0.1.0"
 
 

@@ -6,9 +6,13 @@
   (``dev``, ``valid``, ``validation``, ``training``, ``eval``) onto them.
 - :data:`MISSING_VALUES` are the cell texts every reader treats as "no value" (an empty cell,
   ``nan``, ``NA``, ``null``, ...): never a class named ``'nan'`` or ``'None'``.
+- :func:`edit_distance` compares two label sequences (the token error rate of the CTC objective and
+  the decoded-transcript figures of the audio modality both count with it).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 IGNORE_INDEX = -100
 SPLITS = ("train", "val", "test")
@@ -41,3 +45,14 @@ def is_missing(value: object) -> bool:
     if isinstance(value, float):
         return value != value  # NaN
     return isinstance(value, str) and value.strip() in MISSING_VALUES
+
+
+def edit_distance(hyp: Sequence, ref: Sequence) -> int:
+    """Levenshtein distance between two token sequences (unit costs): substitutions + deletions + insertions."""
+    previous = list(range(len(ref) + 1))
+    for i, h in enumerate(hyp, start=1):
+        current = [i] + [0] * len(ref)
+        for j, r in enumerate(ref, start=1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (h != r))
+        previous = current
+    return previous[-1]

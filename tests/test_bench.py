@@ -113,3 +113,18 @@ def test_bad_options_exit_nonzero(bad):
     with pytest.raises(SystemExit) as err:
         main(bad)
     assert err.value.code != 0
+
+
+def test_structure_cells_come_from_the_core_and_the_modality_folders(monkeypatch):
+    """The core's cells, then each modality's declared ones (graph: ``graph_bias``), then the encoder step;
+    a declared cell that lacks a key of the form is refused, naming it."""
+    from seqattn.bench import structure
+    from seqattn.modalities.graph import structure_cells
+
+    assert list(structure.cells()) == ["window", "varlen", "graph_bias", "weights"]
+    with pytest.raises(ValueError, match="unknown cell 'nope'"):
+        structure.cell_of("nope")
+    broken = {"impls": ("a",), "sizes": lambda tiny: [{}], "describe": str, "step": None}  # no "targets"
+    monkeypatch.setitem(structure_cells.STRUCTURE_CELLS, "broken", broken)
+    with pytest.raises(ValueError, match=r"cell 'broken' lacks \['targets'\]"):
+        structure.cells()

@@ -15,16 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
 import torch
 from hydra.utils import instantiate
 
 import seqattn
 from seqattn.run import _finite_metrics, train
 from seqattn.training.callbacks import MonitorGuard
-from tests.workflows import QUIET, TASKS, compose
+from tests.workflows import FILE_SOURCE_TASKS, QUIET, TASKS, compose
 
 REPO = Path(seqattn.__file__).resolve().parents[1]
 KEEP_STOPPING = [q for q in QUIET if "early_stopping" not in q]  # quiet, with the recipe's early stopping
@@ -34,46 +32,15 @@ KEEP_STOPPING = [q for q in QUIET if "early_stopping" not in q]  # quiet, with t
 # a path selects the file source, for every task
 
 
-def _files(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
-    """Minimal user files per task -> (overrides, expected source)."""
-    sf.write(tmp_path / "a.wav", np.random.default_rng(0).normal(size=8000).astype(np.float32) * 0.1, 16000)
-    (tmp_path / "m.jsonl").write_text("".join(json.dumps({"path": "a.wav", "segments": [[0, 0.2, "x"], [0.2, 0.5, "y"]],
-                                                           "split": s}) + "\n" for s in ("train", "val", "test")))
-    (tmp_path / "reviews.csv").write_text("text,label\n" + "".join(f"film {i} good,pos\nfilm {i} bad,neg\n"
-                                                                   for i in range(10)))
-    (tmp_path / "t.conllu").write_text("".join(f"1\tI\tI\tPRON\t_\t_\t0\t_\t_\t_\n2\tsaw{i}\tsee\tVERB\t_\t_\t0\t_\t_\t_\n\n"
-                                               for i in range(10)))
-    for cls in ("a", "b"):
-        (tmp_path / "img" / cls).mkdir(parents=True)
-        for i in range(6):
-            from PIL import Image
-
-            Image.fromarray((np.random.default_rng(i).random((8, 8, 3)) * 255).astype("uint8")).save(
-                tmp_path / "img" / cls / f"{i}.png")
-    (tmp_path / "mol.csv").write_text("smiles,y\n" + "".join(f"{'C' * (i + 1)}O,{i}\n" for i in range(12)))
-    (tmp_path / "nodes.csv").write_text("id,f,label\n" + "".join(f"n{i},{i},{'ab'[i % 2]}\n" for i in range(12)))
-    (tmp_path / "edges.csv").write_text("source,target\n" + "".join(f"n{i},n{(i + 1) % 12}\n" for i in range(12)))
-    return {
-        "speech": ([f"data.manifest={tmp_path / 'm.jsonl'}"], "manifest"),
-        "text_cls": ([f"data.train_path={tmp_path / 'reviews.csv'}"], "files"),
-        "text_tagging": ([f"data.train_path={tmp_path / 't.conllu'}"], "files"),
-        "image": ([f"data.path={tmp_path / 'img'}", "data.image_size=8"], "folder"),
-        "molecule": ([f"data.path={tmp_path / 'mol.csv'}", "data.target_columns=[y]"], "csv"),
-        "social": ([f"data.nodes={tmp_path / 'nodes.csv'}", f"data.edges={tmp_path / 'edges.csv'}"], "csv"),
-    }
-
-
-@pytest.mark.parametrize("task", ["speech", "text_cls", "text_tagging", "image", "molecule", "social"])
+@pytest.mark.parametrize("task", FILE_SOURCE_TASKS)
 def test_giving_a_data_path_selects_the_file_source(task, tmp_path):
-    overrides, source = _files(tmp_path)[task]
+    overrides, source, builtin = TASKS[task].file_source(tmp_path)  # declared in tests/modalities/<m>/workflow_tasks.py
     cfg = compose([f"task={task}", *overrides] + QUIET, tmp_path / "run", tmp_path / "data")
     datamodule = instantiate(cfg.data)
     assert datamodule.source == source
     datamodule.setup("fit")  # reads the user's files, not the built-in data
     assert sum(datamodule.split_sizes().values()) > 0
     # the built-in source named explicitly next to a path is a contradiction, not a silent choice
-    builtin = {"speech": "synthetic", "text_cls": "synthetic", "text_tagging": "synthetic", "image": "shapes",
-               "molecule": "nci_tpsa", "social": "karate"}[task]
     cfg = compose([f"task={task}", *overrides, f"data.source={builtin}"] + QUIET, tmp_path / "run2", tmp_path / "data")
     with pytest.raises(Exception, match="would ignore") as err:  # hydra wraps it; the cause is the ValueError
         instantiate(cfg.data)

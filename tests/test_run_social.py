@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from seqattn.core.tokens import IGNORE_INDEX
+from seqattn.labels import IGNORE_INDEX
 from seqattn.objectives import SequenceLabeling
 from seqattn.objectives.predictions import prediction_rows
 from seqattn.run import train

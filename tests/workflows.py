@@ -1,15 +1,16 @@
 """Shared pieces of the workflow tests (predict, fine-tune, resume, sweeps, DDP, export).
 
-Every workflow test is parametrized over ``WORKFLOW_TASKS``. To cover a new task, add ONE entry
-to ``TASKS``: the overrides of a tiny run that learns something in seconds, and a function that
-writes a few unlabelled inputs in the task's predict format (``(run_dir, cfg, folder) -> path``
-given to ``predict_loader``).
+Every workflow test is parametrized over ``WORKFLOW_TASKS``: every ``conf/task/<task>.yaml``
+(:func:`seqattn.configs.task_names`). What a tiny run of a task is, and how to write a few of its
+predict inputs, is declared beside the modality's tests, in ``tests/modalities/<m>/workflow_tasks.py``
+(``TASKS = {"<task>": Task(...)}``, see :mod:`tests.workflow_task`), found here by walking
+``tests/modalities/``. A task without a declaration fails its workflow tests, saying what to add.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -17,145 +18,43 @@ from typing import Any, Callable
 import pytest
 from omegaconf import DictConfig
 
+from seqattn.configs import task_names
+from tests.workflow_task import Task
+
 QUIET = [
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
     "callbacks.early_stopping=null",
     "plot=false",
 ]
+MODALITY_TESTS = Path(__file__).resolve().parent / "modalities"
 
 
-def _speech_inputs(cfg: DictConfig, folder: Path) -> Path:
-    """A folder of five test-split WAV files of the built-in corpus (different lengths)."""
-    from seqattn.modalities.audio.manifest import read_manifest
-    from seqattn.modalities.audio.corpus import generate_speech_corpus
+class Declared(dict):
+    """task -> :class:`Task`; a task with no declaration is a ``KeyError`` saying where to declare it."""
 
-    manifest = generate_speech_corpus(cfg.data.data_dir, **cfg.data.synth)
-    folder.mkdir(parents=True, exist_ok=True)
-    items = [it for it in read_manifest(manifest) if it["split"] == "test"][:5]
-    for it in items:
-        shutil.copy(it["path"], folder / Path(it["path"]).name)
-    return folder
+    def __missing__(self, task: str) -> Task:
+        raise KeyError(f"task {task!r} (conf/task/{task}.yaml) declares no workflow run: add "
+                       f"TASKS = {{{task!r}: Task(...)}} to tests/modalities/<modality>/workflow_tasks.py")
 
 
-def _clip_inputs(cfg: DictConfig, folder: Path) -> Path:
-    """A folder of five test-split clips of the built-in spoken-word corpus (different words and lengths)."""
-    from seqattn.modalities.audio.manifest import read_clip_manifest
-    from seqattn.modalities.audio.words import generate_words_corpus
-
-    manifest = generate_words_corpus(cfg.data.data_dir, **cfg.data.synth)
-    folder.mkdir(parents=True, exist_ok=True)
-    items = [it for it in read_clip_manifest(manifest) if it["split"] == "test"][::2][:5]
-    for it in items:
-        shutil.copy(it["path"], folder / f"{it['speaker']}_{Path(it['path']).name}")
-    return folder
-
-
-def _image_inputs(cfg: DictConfig, folder: Path) -> Path:
-    """A folder of five PNG files drawn by the built-in shapes generator."""
-    from PIL import Image
-
-    from seqattn.modalities.image.shapes import generate_shapes
-
-    folder.mkdir(parents=True, exist_ok=True)
-    images, _ = generate_shapes(5, image_size=16, seed=123, split="test", classes=tuple(cfg.data.shapes.classes))
-    for i, image in enumerate(images):
-        array = (image.transpose(1, 2, 0) * 255).round().astype("uint8")
-        Image.fromarray(array).save(folder / f"shape_{i}.png")
-    return folder
+def declared_tasks(folder: Path = MODALITY_TESTS) -> Declared:
+    """Every ``TASKS`` of ``<folder>/<m>/workflow_tasks.py``; ``ValueError`` when two folders declare a task."""
+    found, where = Declared(), {}
+    for path in sorted(folder.glob("*/workflow_tasks.py")):
+        module = importlib.import_module(f"tests.modalities.{path.parent.name}.workflow_tasks")
+        for task, spec in module.TASKS.items():
+            if task in found:
+                raise ValueError(f"task {task!r} is declared in {where[task]} and in {path}")
+            found[task], where[task] = spec, path
+    return found
 
 
-def _molecule_inputs(cfg: DictConfig, folder: Path) -> Path:
-    """A SMILES CSV of six molecules (no targets)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "molecules.csv"
-    path.write_text("smiles\nCCO\nc1ccccc1O\nCC(=O)Nc1ccc(O)cc1\nC\nN#Cc1ccccc1\nOC(=O)c1ccccc1C(=O)O\n")
-    return path
-
-
-def _text_inputs(cfg: DictConfig, folder: Path) -> Path:
-    """Plain text, one sentence per line (the tagging and classification predict format)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "sentences.txt"
-    path.write_text("they can fish , paint , smoke and milk .\nI saw a saw near the old boat .\n"
-                    "the film was not bad\ngood but boring\nwe sell water .\n")
-    return path
-
-
-def _social_inputs(cfg: DictConfig, folder: Path) -> Path:
-    """The built-in karate club's node CSV (predict reads the edges from the run's data config)."""
-    from hydra.utils import instantiate
-
-    nodes, _ = instantiate(cfg.data).graph_files()
-    folder.mkdir(parents=True, exist_ok=True)
-    return Path(shutil.copy(nodes, folder / "nodes.csv"))
-
-
-@dataclass(frozen=True)
-class Task:
-    overrides: list[str]  # a tiny run of this task (seconds on 2 CPU cores)
-    predict_inputs: Callable[[DictConfig, Path], Path]  # (run config, empty folder) -> predict input
-    exportable: bool = True  # seqattn.export supports its adapter (graph adapters are refused)
-    resume_overrides: tuple[str, ...] = ()  # for the kill-and-resume test (after its own overrides)
-    exact_resume: bool = True  # a killed and resumed run ends with bit-identical weights
-
-
-TASKS: dict[str, Task] = {
-    "speech": Task(
-        overrides=["task=speech", "data.synth.n_train_speakers=3", "data.synth.n_val_speakers=1",
-                   "data.synth.n_test_speakers=1", "data.synth.utts_per_speaker={train:14,val:8,test:10}",
-                   "data.batch_size=8", "model.dim=48", "model.depth=2", "trainer.max_epochs=6"],
-        predict_inputs=_speech_inputs,
-    ),
-    "speech_cls": Task(
-        overrides=["task=speech_cls", "data.synth.words=[kasu,tami,puni,shafi]", "data.synth.n_train_speakers=4",
-                   "data.synth.n_val_speakers=1", "data.synth.n_test_speakers=1",
-                   "data.synth.clips_per_word={train:4,val:2,test:3}", "data.batch_size=16", "model.dim=32",
-                   "model.depth=2", "model.heads=2", "trainer.max_epochs=6"],
-        predict_inputs=_clip_inputs,
-    ),
-    "text_tagging": Task(
-        overrides=["task=text_tagging", "data.synth.n_train=400", "data.synth.n_val=50", "data.synth.n_test=60",
-                   "data.batch_size=32", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=3"],
-        predict_inputs=_text_inputs,
-    ),
-    "text_cls": Task(
-        overrides=["task=text_cls", "data.synth.n_train=400", "data.synth.n_val=50", "data.synth.n_test=60",
-                   "data.batch_size=32", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=3"],
-        predict_inputs=_text_inputs,
-    ),
-    "image": Task(
-        overrides=["task=image", "data.shapes.classes=[triangle,ring]", "data.shapes.n_train=800",
-                   "data.shapes.n_val=64", "data.shapes.n_test=64", "data.batch_size=32", "adapter.mode=patches",
-                   "adapter.patch_size=2", "model.dim=32", "model.depth=2", "model.heads=2", "trainer.max_epochs=4",
-                   "data.augment.shift=0.125"],  # as for real images: exact resume must hold with random shifts
-        predict_inputs=_image_inputs,
-    ),
-    "molecule": Task(
-        overrides=["task=molecule", "data.limit=400", "data.batch_size=32", "adapter.positional=random_walk",
-                   "model.dim=32", "model.depth=2", "trainer.max_epochs=4"],
-        predict_inputs=_molecule_inputs,
-        exportable=False,
-    ),
-    "social": Task(
-        overrides=["task=social", "model.dim=32", "model.depth=2", "trainer.max_epochs=20"],
-        predict_inputs=_social_inputs,
-        exportable=False,
-        resume_overrides=("trainer.max_epochs=12",),  # one full-graph step per epoch: kill between epochs
-        # known gap: resumed karate runs end with different weights (randomness not yet captured; see
-        # tasks/social/README.md); resuming itself works
-        exact_resume=False,
-    ),
-    "speech_ctc": Task(  # rows are decoded sequences; export outputs per-frame logits (decoding stays in Python)
-        overrides=["task=speech_ctc", "data.synth.n_train_speakers=3", "data.synth.n_val_speakers=1",
-                   "data.synth.n_test_speakers=1", "data.synth.utts_per_speaker={train:14,val:8,test:10}",
-                   "data.batch_size=8", "model.dim=48", "model.depth=2", "trainer.max_epochs=6"],
-        predict_inputs=_speech_inputs,
-    ),
-}
-WORKFLOW_TASKS = list(TASKS)
-EXPORT_TASKS = [name for name, task in TASKS.items() if task.exportable]
-EXACT_RESUME_TASKS = [name for name, task in TASKS.items() if task.exact_resume]
+TASKS = declared_tasks()
+WORKFLOW_TASKS = task_names()  # every task of conf/task/, declared or not
+EXPORT_TASKS = [name for name in WORKFLOW_TASKS if name not in TASKS or TASKS[name].exportable]
+EXACT_RESUME_TASKS = [name for name in WORKFLOW_TASKS if name not in TASKS or TASKS[name].exact_resume]
+FILE_SOURCE_TASKS = [name for name in WORKFLOW_TASKS if name not in TASKS or TASKS[name].file_source]
 
 
 def compose(overrides: list[str], output_dir: Path, data_dir: Path) -> DictConfig:
@@ -165,7 +64,7 @@ def compose(overrides: list[str], output_dir: Path, data_dir: Path) -> DictConfi
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from seqattn.run import CONFIG_DIR
+    from seqattn.configs import CONFIG_DIR
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)

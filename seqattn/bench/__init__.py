@@ -1,17 +1,18 @@
 """Benchmarks: ``python -m seqattn.bench SUITE [options]``.
 
-Each suite is a module with ``add_arguments(parser)`` and ``run(args) -> exit code``:
+Each suite is a module of this package with ``add_arguments(parser)`` and ``run(args) -> exit code``,
+found at run time (a module or sub-package without both is a helper, e.g. ``measure``, ``structure``):
 
 - ``core`` (:mod:`seqattn.bench.core`): one attention layer, seqattn vs torch vs textbook,
-  time and peak memory over sequence lengths;
+  time and peak memory over sequence lengths, and the structured-attention cells
+  (:mod:`seqattn.bench.structure`: the core's, and those a modality declares in its folder);
+- ``graph`` (:mod:`seqattn.bench.graph`): the edge kernel vs PyG ``TransformerConv``, dense vs edge
+  on molecule batches, a ``task=molecule`` training epoch;
+- ``image`` (:mod:`seqattn.bench.image`): image training throughput, pixels vs patches, sdpa vs math;
 - ``real`` (:mod:`seqattn.bench.real`): every recipe on real public data through the command a user
   types, against a reference model from a well-kept library on the same split;
-- ``recipes`` (:mod:`seqattn.bench.recipes`): every recipe's wall time and test metrics, variants
-  (precision switches, another revision) interleaved side by side;
-- one suite per modality that has a ``bench`` module (``seqattn/modalities/<m>/bench.py``), named
-  after the modality and found at run time: ``image`` (training throughput, pixels vs patches,
-  sdpa vs math), ``graph`` (the edge kernel vs PyG ``TransformerConv``, dense vs edge on molecule
-  batches).
+- ``recipes`` (:mod:`seqattn.bench.recipes`): every recipe (one per ``conf/task/*.yaml``) with its
+  wall time and test metrics, variants (precision switches, another revision) interleaved side by side.
 
 An unknown suite exits with status 2 and a message naming the known ones. Speed is
 reported as ratios measured side by side in one run, never as a timed test.
@@ -21,24 +22,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import pkgutil
 import sys
 
-import seqattn.modalities
-
 
 def _suites() -> dict[str, str]:
-    """suite name -> module: the core suite, then every modality's ``bench`` module."""
-    suites = {"core": "seqattn.bench.core", "real": "seqattn.bench.real", "recipes": "seqattn.bench.recipes"}
-    for info in sorted(pkgutil.iter_modules(seqattn.modalities.__path__), key=lambda m: m.name):
-        name = f"seqattn.modalities.{info.name}.bench"
-        if info.ispkg and importlib.util.find_spec(name) is not None:
-            suites[info.name] = name
+    """suite name -> module: every module of this package that has ``add_arguments`` and ``run``."""
+    suites = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if callable(getattr(module, "add_arguments", None)) and callable(getattr(module, "run", None)):
+            suites[info.name] = module.__name__
     return suites
 
 
-#: suite name -> module (imported only when that suite runs)
+#: suite name -> module
 SUITES: dict[str, str] = _suites()
 
 

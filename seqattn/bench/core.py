@@ -47,20 +47,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
-import resource
 import shlex
-import statistics
 import time
 import traceback
 from typing import Any, Callable
 
+from seqattn.bench import structure
+from seqattn.bench.measure import measure_step, run_cell_isolated, sdpa_backends, write_report
+
 IMPLS = ("naive", "torch_mha", "seqattn_sdpa", "seqattn_linear")
-STRUCTURE_CELLS = ("window", "varlen", "graph_bias", "weights")  # seqattn.bench.structure.CELLS
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096)
 WARMUP_LENGTH = 16
-MIB = 2**20
 
 
 # --------------------------------------------------------------------------- the layers
@@ -123,35 +121,6 @@ def estimate_peak_bytes(impl: str, length: int, batch: int, dim: int, heads: int
 # --------------------------------------------------------------------------- one cell (in a fresh process)
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _vm_hwm_bytes() -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _ru_maxrss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-
-
 def measure_cell(
     impl: str, length: int, batch: int, dim: int, heads: int, repeats: int | None = None, budget: float = 3.0,
     threads: int | None = None,
@@ -177,41 +146,8 @@ def measure_cell(
     for _ in range(2):  # load libraries, no big buffer yet
         step(x_small)
     measured = measure_step(lambda: step(x), repeats, budget)
-    from seqattn.bench.structure import sdpa_backends
-
     backend = sdpa_backends(lambda: step(x))
     return {"backend": backend, "status": "ok", **measured, "threads": torch.get_num_threads()}
-
-
-def measure_step(step, repeats: int | None = None, budget: float = 3.0, min_steps: int = 1,
-                 max_steps: int = 20) -> dict[str, Any]:
-    """Peak-RSS growth during the first ``step()`` (after a garbage collection; the caller warms up on
-    a small input first) and the median time of ``N`` more steps: ``repeats``, or as many as fit in
-    ``budget`` seconds judging by the first, clamped to ``[min_steps, max_steps]``."""
-    import gc
-
-    gc.collect()
-    reset = _reset_peak_rss()
-    rss_before = _rss_bytes()
-    ru_before = _ru_maxrss_bytes()
-    start = time.perf_counter()
-    step()  # the memory measurement, also the warm-up for timing
-    first = time.perf_counter() - start
-    ru_after = _ru_maxrss_bytes()
-    hwm = _vm_hwm_bytes()
-    if ru_after > ru_before or not reset or hwm is None:
-        peak, source = ru_after, "ru_maxrss"
-    else:
-        peak, source = hwm, "VmHWM"  # ru_maxrss still shows the high-water mark inherited from the parent
-    n = repeats if repeats else max(min_steps, min(max_steps, int(budget / max(first, 1e-6))))
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return {"time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times], "repeats": n,
-            "peak_mb": max(0, peak - rss_before) / MIB, "peak_source": source, "rss_before_mb": rss_before / MIB,
-            "ru_maxrss_mb": ru_after / MIB, "vm_hwm_mb": None if hwm is None else hwm / MIB}
 
 
 def _cell_entry(conn: Any, kwargs: dict[str, Any]) -> None:
@@ -227,48 +163,6 @@ def _cell_entry(conn: Any, kwargs: dict[str, Any]) -> None:
         result = {"status": "failed", "error": repr(exc)[:200]}
     conn.send(result)
     conn.close()
-
-
-_CTX: Any = None
-
-
-def _context() -> Any:
-    global _CTX
-    if _CTX is None:
-        _CTX = mp.get_context("forkserver")
-        # preload torch (not __main__): each cell is a fork of a process that only imported these
-        _CTX.set_forkserver_preload(["torch", "seqattn.core.attention", "seqattn.bench.structure"])
-    return _CTX
-
-
-def run_cell_isolated(timeout: float, entry: Callable[[Any, dict[str, Any]], None] | None = None,
-                      **kwargs: Any) -> dict[str, Any]:
-    """Run :func:`measure_cell` (or another suite's ``entry(conn, kwargs)``, a module-level function that
-    sends a result dict) in a fresh forked process; a dead child becomes a status."""
-    from seqattn.bench import core as module  # the importable name, also when run as __main__
-
-    ctx = _context()
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=entry or module._cell_entry, args=(send, kwargs), daemon=True)
-    proc.start()
-    send.close()
-    result = None
-    try:
-        if recv.poll(timeout):
-            result = recv.recv()
-    except EOFError:
-        pass  # the child died without sending
-    proc.join(5 if result is not None else 0.1)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        return result or {"status": "timeout", "error": f"no result within {timeout:.0f} s"}
-    if result is None:
-        code = proc.exitcode
-        if code == -9:
-            return {"status": "OOM", "error": "killed by SIGKILL (out of memory?)"}
-        return {"status": "failed", "error": f"child exited with code {code}"}
-    return result
 
 
 # --------------------------------------------------------------------------- core suite
@@ -294,9 +188,10 @@ def _impls(text: str) -> list[str]:
 
 def _cells(text: str) -> list[str]:
     values = [v.strip() for v in text.split(",") if v.strip() and v.strip() != "none"]
-    bad = [v for v in values if v not in STRUCTURE_CELLS]
+    known = structure.cells()
+    bad = [v for v in values if v not in known]
     if bad:
-        raise argparse.ArgumentTypeError(f"unknown cell(s) {bad}; choose from {', '.join(STRUCTURE_CELLS)} or none")
+        raise argparse.ArgumentTypeError(f"unknown cell(s) {bad}; choose from {', '.join(known)} or none")
     return values
 
 
@@ -312,8 +207,9 @@ def add_core_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell-timeout", type=float, default=900.0, help="seconds before a cell is abandoned")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads in every cell (default: torch's; 1 on a shared machine)")
-    parser.add_argument("--cells", type=_cells, default=list(STRUCTURE_CELLS),
-                        help=f"structured-attention cells, comma-separated from {','.join(STRUCTURE_CELLS)}, or none")
+    cells = list(structure.cells())  # the core's and every modality's (seqattn.bench.structure)
+    parser.add_argument("--cells", type=_cells, default=cells,
+                        help=f"structured-attention cells, comma-separated from {','.join(cells)}, or none")
     parser.add_argument("--cell-sizes", choices=("full", "tiny"), default="full",
                         help="tiny: a few tokens per structured cell (tests)")
     parser.add_argument("--out", metavar="FILE.md", help="also write caption, table and targets here")
@@ -338,6 +234,7 @@ def measure_core(args: argparse.Namespace, log: Callable[[str], None] = print) -
                 cell.update(
                     run_cell_isolated(
                         args.cell_timeout,
+                        _cell_entry,
                         impl=impl,
                         length=length,
                         batch=args.batch,
@@ -473,8 +370,6 @@ def run_core(args: argparse.Namespace) -> int:
     command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["core"]))
     print(f"$ {command}", flush=True)
     load_before = os.getloadavg()
-    from seqattn.bench import structure
-
     peak = run_cell_isolated(args.cell_timeout, entry=structure.matmul_entry, threads=args.threads)
     peak_fp32 = peak.get("fp32") if peak.get("status") == "ok" else None
     if peak_fp32:
@@ -504,17 +399,16 @@ def run_core(args: argparse.Namespace) -> int:
 
 def measure_structure(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """The ``--cells`` (seqattn.bench.structure), each (config, impl) in its own process."""
-    from seqattn.bench import structure
-
     results = []
     for cell in getattr(args, "cells", []):
-        for cfg in structure.sizes(cell, getattr(args, "cell_sizes", "full") == "tiny"):
-            for impl in structure.IMPLS[cell]:
+        declared = structure.cell_of(cell)
+        for cfg in declared["sizes"](getattr(args, "cell_sizes", "full") == "tiny"):
+            for impl in declared["impls"]:
                 start = time.perf_counter()
                 result = run_cell_isolated(args.cell_timeout, entry=structure.structure_entry, cell=cell, impl=impl,
                                            cfg=cfg, repeats=args.repeats, budget=args.budget,
                                            threads=args.threads)
-                result.update(cell=cell, impl=impl, config=structure.describe_config(cell, cfg),
+                result.update(cell=cell, impl=impl, config=declared["describe"](cfg),
                               wall_s=time.perf_counter() - start)
                 results.append(result)
                 detail = (f"{result['time_ms']:.1f} ms, peak +{result['peak_mb']:.1f} MB, path {result.get('path', '-')}, "
@@ -544,25 +438,6 @@ def format_gflops_table(cells: list[dict[str, Any]], args: argparse.Namespace, p
             row.append(f"{gf:.1f} ({100 * gf / peak:.0f}%), {c.get('backend', '–')}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
-
-
-def write_report(args: argparse.Namespace, command: str, lines: list[str], cells: list[dict[str, Any]],
-                 targets: list[str], load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
-    """Print a suite's report (its lines + the load average around the run) and write it to
-    ``--out`` (markdown) and ``--json`` (every measurement) when asked. Shared by every suite."""
-    load = (f"load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in load_before)}, "
-            f"after: {'/'.join(f'{v:.2f}' for v in load_after)} on {os.cpu_count()} CPUs "
-            "(other processes share them: timings above the CPU count are disturbed)")
-    report = "\n".join([*lines, "", load])
-    print("\n" + report, flush=True)
-    if getattr(args, "out", None):
-        with open(args.out, "w") as f:
-            f.write(f"Command: `{command}`\n\n{report}\n")
-    if getattr(args, "json", None):
-        config = {k: v for k, v in vars(args).items() if k not in ("func", "argv")}
-        with open(args.json, "w") as f:
-            json.dump({"command": command, "config": config, "cells": cells, "targets": targets,
-                       "loadavg_before": load_before, "loadavg_after": load_after}, f, indent=2)
 
 
 # --------------------------------------------------------------------------- suite interface

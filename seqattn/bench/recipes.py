@@ -1,10 +1,11 @@
 """``python -m seqattn.bench recipes``: every recipe's wall time and test metrics, variants side by side.
 
 Runs ``python -m seqattn.run task=T <common overrides> <variant overrides>`` in a subprocess for
-every task and variant, interleaved (task by task, variant by variant, ``--rounds`` times), so that
-a machine whose load drifts disturbs every variant alike, and writes one table: wall seconds (the
-whole command: start-up, data, fit, test, figures), fit seconds, epochs and the test metrics, with
-each variant's wall time as a ratio to the first variant's.
+every task (one per ``conf/task/<task>.yaml``, sorted) and variant, interleaved (task by task,
+variant by variant, ``--rounds`` times), so that a machine whose load drifts disturbs every variant
+alike, and writes one table: wall seconds (the whole command: start-up, data, fit, test, figures),
+fit seconds, epochs and the test metrics, with each variant's wall time as a ratio to the first
+variant's.
 
 Variants are ``name=overrides`` (space-separated Hydra overrides; empty for the defaults), e.g. the
 CPU precision switches::
@@ -31,7 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-TASKS = ("speech", "speech_cls", "speech_ctc", "text_tagging", "text_cls", "image", "molecule", "social")
+from seqattn.bench.measure import write_report
+from seqattn.configs import CONFIG_DIR, task_names
+
+#: every recipe, one per ``conf/task/<task>.yaml`` (a new task is benchmarked without editing this file)
+TASKS = tuple(task_names())
 QUIET = ("trainer.enable_progress_bar=false",)
 
 
@@ -143,7 +148,7 @@ def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tup
     from hydra.utils import instantiate
     from omegaconf import open_dict
 
-    from seqattn.run import CONFIG_DIR, build_objective
+    from seqattn.run import build_objective
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -202,8 +207,6 @@ def format_steps(results: list[dict[str, Any]], variants: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqattn.bench.core import write_report
-
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASKS]
     if bad:

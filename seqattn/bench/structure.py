@@ -6,12 +6,9 @@ path vs the planned kernel, forward + backward, side by side in one run, each ce
   built before the planner) vs ``planned`` = the blocked band kernel (plan built inside the step).
 - ``varlen``: the same layer, batch 8 with lengths spread evenly over 50..1000 (right padded):
   ``sdpa_padded`` = SDPA with the ``[B, 1, 1, L]`` padding mask vs ``planned`` = per-bucket dispatch.
-- ``graph_bias``: the graph attention of the ``task=molecule`` encoder (4 layers, 4 heads of width
-  16) on 128 NCI molecules of 20-30 atoms, with the graph adapter's learned edge-feature + hop-
-  distance bias (hops 1 and 3), forward + backward of the attention (plan + kernels): ``dense_sdpa``
-  (the float bias that requires grad sends SDPA to its math path) and ``edge`` are today's two paths
-  (today's ``auto`` took the edge path below a 0.15 fill); ``biased`` = the planner's fused biased
-  path forced (custom autograd, the bias gradient at the edges only); ``planned`` = the planner's choice.
+- the cells a modality declares (see "A modality's cells" below): ``graph_bias`` (the graph attention
+  of the ``task=molecule`` encoder with the graph adapter's learned edge biases, today's dense and edge
+  paths vs the planner's; :mod:`seqattn.modalities.graph.structure_cells`);
 - ``weights``: a training step (forward + backward) of a 4-layer encoder (width 256, 8 heads,
   batch 8, L 512) without weights, with ``return_attention=[-1]`` (the plotted layer, every
   sequence) and with ``attention_items=[0]`` too (the plotted layer and sequence: what a figure draws).
@@ -19,43 +16,34 @@ path vs the planned kernel, forward + backward, side by side in one run, each ce
 Time: median of N steps (3 to 100, as many as fit in ``--budget`` seconds) after a warm-up at the
 cell's size; peak MB: growth of peak RSS during the first measured step after a warm-up on a small
 input (the method of :mod:`seqattn.bench.core`).
+
+A modality's cells: a module ``seqattn/modalities/<m>/structure_cells.py`` with
+``STRUCTURE_CELLS = {name: cell}``, found at run time by walking ``seqattn.modalities`` (no file here
+names a modality). A cell is a dict (the built-in cells below have the same form):
+
+- ``impls``: the implementations compared, the first one is the reference of the ratio column;
+- ``sizes(tiny) -> [cfg]``: the measured configurations (``tiny``: a few tokens, for tests);
+- ``describe(cfg) -> str``: the configuration's row label;
+- ``step(impl, cfg, small) -> (step, info)``: a no-argument forward + backward ``step`` and the facts
+  of the report (``path``, ``heads``, ``head_dim``, ``allowed_pairs``, ...; ``small``: a warm-up size);
+- ``targets(rows) -> [str]``: the target lines, from this cell's result rows (``cell``, ``impl``,
+  ``config``, ``status``, ``time_ms``, ``peak_mb`` and the step's info);
+- ``gflops`` (optional, default False): report attained attention GFLOP/s.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
-CELLS = ("window", "varlen", "graph_bias", "weights")
-IMPLS = {
-    "window": ("sdpa_mask", "planned"),
-    "varlen": ("sdpa_padded", "planned"),
-    "graph_bias": ("dense_sdpa", "edge", "biased", "planned"),
-    "weights": ("no_weights", "one_layer_weights", "one_layer_one_item"),
-}
-
+from seqattn.bench.measure import measure_step, sdpa_backends
 
 #: ``window`` / ``varlen`` are timed at two scopes: ``attention`` = the attention function alone on
 #: ``q, k, v [8, 8, L, 32]`` (the issue's own measurement), ``layer`` = the whole multi-head layer
 #: (projections on every padded token included, which no attention kernel can skip)
 SCOPES = ("attention", "layer")
-
-
-def sizes(cell: str, tiny: bool) -> list[dict[str, Any]]:
-    """The measured configurations of a cell (``tiny``: a few tokens, for tests)."""
-    if cell == "window":
-        if tiny:
-            return [{"length": 128, "window": 8, "scope": s} for s in SCOPES]
-        return [{"length": n, "window": 64, "scope": s} for s in SCOPES for n in (1024, 4096)]
-    if cell == "varlen":
-        return [{"low": 8, "high": 160, "scope": s} for s in SCOPES] if tiny else [
-            {"low": 50, "high": 1000, "scope": s} for s in SCOPES]
-    if cell == "graph_bias":
-        return [{"graphs": 8, "hops": 1}] if tiny else [{"graphs": 128, "hops": 1}, {"graphs": 128, "hops": 3}]
-    if cell == "weights":
-        return [{"length": 32}] if tiny else [{"length": 512}]
-    raise ValueError(f"unknown cell {cell!r}; expected one of {CELLS}")
 
 
 # --------------------------------------------------------------------------- steps
@@ -143,69 +131,124 @@ def _weights_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable
     return step, {"length": length, "batch": 8, "heads": 8, "head_dim": 32}
 
 
-def modality_cells() -> dict[str, Callable]:
-    """Structure cells a modality's ``bench`` module declares (``STRUCTURE_CELLS = {name: step_fn}``),
-    found at run time like the suites (``seqattn.bench._suites``): e.g. ``graph_bias`` from the graph
-    modality, which owns the molecule batches it times."""
+def _window_sizes(tiny: bool) -> list[dict[str, Any]]:
+    if tiny:
+        return [{"length": 128, "window": 8, "scope": s} for s in SCOPES]
+    return [{"length": n, "window": 64, "scope": s} for s in SCOPES for n in (1024, 4096)]
+
+
+def _varlen_sizes(tiny: bool) -> list[dict[str, Any]]:
+    return [{"low": 8, "high": 160, "scope": s} for s in SCOPES] if tiny else [
+        {"low": 50, "high": 1000, "scope": s} for s in SCOPES]
+
+
+def _find(rows: list[dict[str, Any]], impl: str, config: str | None = None) -> dict[str, Any] | None:
+    """The first measured (status ok) row of ``impl`` (and ``config``), or None."""
+    for r in rows:
+        if r["impl"] == impl and r["status"] == "ok" and (config is None or r["config"] == config):
+            return r
+    return None
+
+
+def _window_targets(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for cfg in sorted({r["config"] for r in rows}):
+        a, b = _find(rows, "sdpa_mask", cfg), _find(rows, "planned", cfg)
+        if a and b:
+            ratio, mem = a["time_ms"] / b["time_ms"], b["peak_mb"] / max(a["peak_mb"], 1e-9)
+            out.append(f"target {cfg}: planned >= 2.5x faster than the SDPA window mask, peak memory no higher: "
+                       f"{'met' if ratio >= 2.5 and mem <= 1.0 else 'missed'} ({ratio:.2f}x, memory {mem:.2f}x)")
+    return out
+
+
+def _varlen_targets(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for cfg in sorted({r["config"] for r in rows}):
+        a, b = _find(rows, "sdpa_padded", cfg), _find(rows, "planned", cfg)
+        if a and b:
+            ratio = a["time_ms"] / b["time_ms"]
+            limit = a["pairs"] / b["allowed_pairs"]
+            out.append(f"target {cfg}: planned >= 2x faster than padded SDPA: "
+                       f"{'met' if ratio >= 2 else 'missed'} ({ratio:.2f}x; limit {limit:.2f}x = padded / real pairs)")
+    return out
+
+
+def _weights_targets(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    a = _find(rows, "no_weights")
+    for impl, what in (("one_layer_weights", "the plotted layer"),
+                       ("one_layer_one_item", "the plotted layer and sequence")):
+        b = _find(rows, impl)
+        if a and b:
+            over = b["time_ms"] / a["time_ms"] - 1
+            out.append(f"target training with weights for {what} within 5% of training without: "
+                       f"{'met' if over <= 0.05 else 'missed'} ({100 * over:+.1f}%)")
+    return out
+
+
+def _scope(cfg: dict[str, Any]) -> str:
+    return cfg.get("scope", "layer")
+
+
+#: the attention core's own cells (the layer cells first, the encoder training step last)
+LAYER_CELLS: dict[str, dict[str, Any]] = {
+    "window": {"impls": ("sdpa_mask", "planned"), "sizes": _window_sizes, "gflops": True,
+               "describe": lambda cfg: f"window ±{cfg['window']}, L={cfg['length']} ({_scope(cfg)})",
+               "step": lambda impl, cfg, small: _layer_step(impl, "window", cfg, small), "targets": _window_targets},
+    "varlen": {"impls": ("sdpa_padded", "planned"), "sizes": _varlen_sizes, "gflops": True,
+               "describe": lambda cfg: f"lengths {cfg['low']}..{cfg['high']}, B=8 ({_scope(cfg)})",
+               "step": lambda impl, cfg, small: _layer_step(impl, "varlen", cfg, small), "targets": _varlen_targets},
+}
+ENCODER_CELLS: dict[str, dict[str, Any]] = {
+    "weights": {"impls": ("no_weights", "one_layer_weights", "one_layer_one_item"),
+                "sizes": lambda tiny: [{"length": 32}] if tiny else [{"length": 512}],
+                "describe": lambda cfg: f"encoder training step, L={cfg['length']}",
+                "step": _weights_step, "targets": _weights_targets},
+}
+CELL_KEYS = ("impls", "sizes", "describe", "step", "targets")
+
+
+def modality_cells() -> dict[str, dict[str, Any]]:
+    """The cells every modality declares in its ``structure_cells`` module (``STRUCTURE_CELLS``), by
+    modality name; ``ValueError`` naming a cell that lacks a key or reuses a name."""
     import importlib
-    import importlib.util
     import pkgutil
 
     import seqattn.modalities
 
-    cells: dict[str, Callable] = {}
+    found: dict[str, dict[str, Any]] = {}
     for info in sorted(pkgutil.iter_modules(seqattn.modalities.__path__), key=lambda m: m.name):
-        name = f"{seqattn.modalities.__name__}.{info.name}.bench"
-        if info.ispkg and importlib.util.find_spec(name) is not None:
-            cells.update(getattr(importlib.import_module(name), "STRUCTURE_CELLS", {}))
-    return cells
+        folder = [str(Path(p) / info.name) for p in seqattn.modalities.__path__]
+        if not info.ispkg or "structure_cells" not in {m.name for m in pkgutil.iter_modules(folder)}:
+            continue
+        module = f"{seqattn.modalities.__name__}.{info.name}.structure_cells"
+        for name, cell in importlib.import_module(module).STRUCTURE_CELLS.items():
+            missing = [k for k in CELL_KEYS if k not in cell]
+            if missing or name in found or name in LAYER_CELLS or name in ENCODER_CELLS:
+                raise ValueError(f"{module}: cell {name!r} " + (f"lacks {missing}" if missing else "is declared twice")
+                                 + f"; a cell needs {', '.join(CELL_KEYS)} and a name of its own")
+            found[name] = cell
+    return found
 
 
-def build_step(cell: str, impl: str, cfg: dict[str, Any], small: bool = False):
-    if cell in ("window", "varlen"):
-        return _layer_step(impl, cell, cfg, small)
-    declared = modality_cells()
-    if cell in declared:
-        return declared[cell](impl, cfg, small)
-    if cell == "weights":
-        return _weights_step(impl, cfg, small)
-    raise ValueError(f"unknown cell {cell!r}")
+def cells() -> dict[str, dict[str, Any]]:
+    """Every structure cell, in report order: the layer cells, the modalities' cells, the encoder step."""
+    return {**LAYER_CELLS, **modality_cells(), **ENCODER_CELLS}
+
+
+def cell_of(name: str) -> dict[str, Any]:
+    """The cell called ``name``; ``ValueError`` naming the known ones."""
+    known = cells()
+    if name not in known:
+        raise ValueError(f"unknown cell {name!r}; expected one of {tuple(known)}")
+    return known[name]
+
+
+def build_step(name: str, impl: str, cfg: dict[str, Any], small: bool = False):
+    return cell_of(name)["step"](impl, cfg, small)
 
 
 # --------------------------------------------------------------------------- one cell in a fresh process
-
-
-def sdpa_backends(step: Callable[[], None]) -> str:
-    """Which SDPA backends one ``step`` ran: ``flash`` / ``efficient`` (fused aten ops dispatched),
-    ``math`` (``F.scaled_dot_product_attention`` calls that dispatched no fused op: the unfused
-    fallback), ``-`` (no SDPA at all)."""
-    import torch.nn.functional as F
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    counts = {"sdpa": 0, "flash": 0, "efficient": 0}
-
-    class Calls(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if func is F.scaled_dot_product_attention:
-                counts["sdpa"] += 1
-            return func(*args, **(kwargs or {}))
-
-    class Ops(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = str(func)
-            if "flash_attention" in name and "backward" not in name:
-                counts["flash"] += 1
-            elif "efficient_attention" in name and "backward" not in name:
-                counts["efficient"] += 1
-            return func(*args, **(kwargs or {}))
-
-    with Calls(), Ops():
-        step()
-    found = [k for k in ("flash", "efficient") if counts[k]]
-    if counts["sdpa"] > counts["flash"] + counts["efficient"]:
-        found.append("math")
-    return "+".join(found) or "-"
 
 
 def measure_structure_cell(cell: str, impl: str, cfg: dict[str, Any], repeats: int | None = None,
@@ -215,22 +258,20 @@ def measure_structure_cell(cell: str, impl: str, cfg: dict[str, Any], repeats: i
     if threads:
         torch.set_num_threads(threads)
 
-    from seqattn.bench import core as bench_core
-
     small_step, _ = build_step(cell, impl, cfg, small=True)
     for _ in range(2):  # libraries loaded, no big buffer yet
         small_step()
     del small_step
     step, info = build_step(cell, impl, cfg)
     # at least 3 steps (a median), up to 100 for the 20 ms graph cells (their noise is ~15 % over 20)
-    measured = bench_core.measure_step(step, repeats, budget, min_steps=3, max_steps=100)
+    measured = measure_step(step, repeats, budget, min_steps=3, max_steps=100)
     backend = sdpa_backends(step)
     return {"status": "ok", **measured, "backend": backend, "threads": torch.get_num_threads(),
             **{k: v for k, v in info.items() if v is not None}}
 
 
 def structure_entry(conn: Any, kwargs: dict[str, Any]) -> None:
-    """Child-process entry (see :func:`seqattn.bench.core.run_cell_isolated`)."""
+    """Child-process entry (see :func:`seqattn.bench.measure.run_cell_isolated`)."""
     try:
         result = measure_structure_cell(**kwargs)
     except Exception as exc:  # noqa: BLE001 -- reported in the cell
@@ -253,18 +294,9 @@ def flops(cell: dict[str, Any], pairs_key: str = "allowed_pairs") -> float | Non
     return 14.0 * cell["heads"] * cell["head_dim"] * pairs
 
 
-def describe_config(cell: str, cfg: dict[str, Any]) -> str:
-    if cell == "window":
-        return f"window ±{cfg['window']}, L={cfg['length']} ({cfg.get('scope', 'layer')})"
-    if cell == "varlen":
-        return f"lengths {cfg['low']}..{cfg['high']}, B=8 ({cfg.get('scope', 'layer')})"
-    if cell == "graph_bias":
-        return f"{cfg['graphs']} molecules, hops {cfg['hops']}"
-    return f"encoder training step, L={cfg['length']}"
-
-
 def format_structure(results: list[dict[str, Any]], peak_gflops: float | None) -> tuple[list[str], list[str]]:
     """Markdown table (a row per cell and implementation) and the targets' lines."""
+    known = cells()
     lines = ["| cell | impl | path | SDPA backend | ms | peak MB | attention GFLOP/s | vs first impl |",
              "|---|---|---|---|---:|---:|---:|---:|"]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -277,50 +309,13 @@ def format_structure(results: list[dict[str, Any]], peak_gflops: float | None) -
                 lines.append(f"| {config} | {r['impl']} | – | – | {r['status']} | – | – | – |")
                 continue
             f = flops(r)
-            gf = f"{f / (r['time_ms'] * 1e-3) / 1e9:.1f}" if f and cell in ("window", "varlen") else "–"
+            gf = f"{f / (r['time_ms'] * 1e-3) / 1e9:.1f}" if f and known[cell].get("gflops") else "–"
             speed = f"{base / r['time_ms']:.2f}x" if base else "–"
             lines.append(f"| {config} | {r['impl']} | {r.get('path', '–')} | {r.get('backend', '–')} | "
                          f"{r['time_ms']:.1f} | {r['peak_mb']:.1f} | {gf} | {speed} |")
     targets = []
-
-    def find(cell, impl, config=None):
-        for r in results:
-            if r["cell"] == cell and r["impl"] == impl and r["status"] == "ok" and (config is None or r["config"] == config):
-                return r
-        return None
-
-    for cfg in sorted({r["config"] for r in results if r["cell"] == "window"}):
-        a, b = find("window", "sdpa_mask", cfg), find("window", "planned", cfg)
-        if a and b:
-            ratio, mem = a["time_ms"] / b["time_ms"], b["peak_mb"] / max(a["peak_mb"], 1e-9)
-            targets.append(f"target {cfg}: planned >= 2.5x faster than the SDPA window mask, peak memory no higher: "
-                           f"{'met' if ratio >= 2.5 and mem <= 1.0 else 'missed'} ({ratio:.2f}x, memory {mem:.2f}x)")
-    for cfg in sorted({r["config"] for r in results if r["cell"] == "varlen"}):
-        a, b = find("varlen", "sdpa_padded", cfg), find("varlen", "planned", cfg)
-        if a and b:
-            ratio = a["time_ms"] / b["time_ms"]
-            limit = a["pairs"] / b["allowed_pairs"]
-            targets.append(f"target {cfg}: planned >= 2x faster than padded SDPA: "
-                           f"{'met' if ratio >= 2 else 'missed'} ({ratio:.2f}x; limit {limit:.2f}x = padded / real pairs)")
-    for cfg in sorted({r["config"] for r in results if r["cell"] == "graph_bias"}):
-        today = [r for r in (find("graph_bias", "dense_sdpa", cfg), find("graph_bias", "edge", cfg)) if r]
-        b = find("graph_bias", "planned", cfg)
-        if today and b:
-            auto_today = "dense_sdpa" if today[0].get("fill", 0) >= 0.15 else "edge"
-            ref = find("graph_bias", auto_today, cfg) or today[0]
-            ratio = ref["time_ms"] / b["time_ms"]
-            best = min(r["time_ms"] for r in today) / b["time_ms"]
-            targets.append(f"target graph attention with learned biases, {cfg}: planned >= 2x faster than today "
-                           f"(today's auto path: {auto_today}): {'met' if ratio >= 2 else 'missed'} ({ratio:.2f}x; "
-                           f"{best:.2f}x vs the faster of today's two paths)")
-    a = find("weights", "no_weights")
-    for impl, what in (("one_layer_weights", "the plotted layer"),
-                       ("one_layer_one_item", "the plotted layer and sequence")):
-        b = find("weights", impl)
-        if a and b:
-            over = b["time_ms"] / a["time_ms"] - 1
-            targets.append(f"target training with weights for {what} within 5% of training without: "
-                           f"{'met' if over <= 0.05 else 'missed'} ({100 * over:+.1f}%)")
+    for name in dict.fromkeys(r["cell"] for r in results):
+        targets += known[name]["targets"]([r for r in results if r["cell"] == name])
     if peak_gflops:
         targets.append(f"(matmul peak measured in this run: {peak_gflops:.0f} GFLOP/s fp32; attention GFLOP/s above "
                        "count 14·H·d per allowed pair, fwd+bwd)")

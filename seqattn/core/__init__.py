@@ -41,7 +41,7 @@ from seqattn.core.positional import (
     build_positional,
     sinusoidal_table,
 )
-from seqattn.core.tokens import IGNORE_INDEX, Tokens, prepend_global_token
+from seqattn.core.tokens import Tokens, prepend_global_token
 
 __all__ = [
     "AttentionPlan",
@@ -52,7 +52,6 @@ __all__ = [
     "plan_layer",
     "plan_structure",
     "structure_allows",
-    "IGNORE_INDEX",
     "PATHS",
     "KERNELS",
     "POSITIONALS",

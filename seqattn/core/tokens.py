@@ -10,11 +10,6 @@ from typing import Any
 
 import torch
 
-IGNORE_INDEX = -100
-"""Label value that losses and metrics skip (padding, unlabeled frames); torch's cross-entropy default.
-The same value as :data:`seqattn.labels.IGNORE_INDEX` (the core imports nothing of seqattn)."""
-
-
 @dataclass
 class Tokens:
     """A padded batch of token vectors.

@@ -21,9 +21,6 @@ def locate(path: str) -> Any:
     """``"package.module.Name"`` -> the object (a class or function); ``ValueError`` naming the path."""
     if not isinstance(path, str) or "." not in path:
         raise ValueError(f"_target_ must be a dotted path like 'seqattn.model.heads.TokenHead', got {path!r}")
-    from seqattn._deprecated import replacement  # old module paths of saved configs keep working
-
-    path = replacement(path)
     module_name, _, attr = path.rpartition(".")
     try:
         module = importlib.import_module(module_name)

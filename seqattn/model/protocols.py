@@ -13,6 +13,9 @@ Adapter (:class:`AdapterBase`):
     ``check_spec(spec)``  raise ``ValueError`` when the data does not provide what it reads.
     ``example_inputs(batch=2, scale=1)``  a batch of its export inputs built from the adapter alone
                           (``seqattn.export`` without ``input=``); ``scale`` makes them longer / larger.
+    ``augmented_inputs``  None (default), or after a training forward the batch keys it actually read
+                          when it augments its inputs (``{"waveform": ..., "lengths": ...}``): a
+                          distillation teacher reads those in place of the clean batch.
 
 Encoder (the core :class:`~seqattn.core.Encoder` or a baseline):
     ``dim``               model width D; ``forward(tokens, return_attention=False)``.
@@ -21,6 +24,15 @@ Encoder (the core :class:`~seqattn.core.Encoder` or a baseline):
 Head (:class:`HeadBase`):
     ``num_outputs``       C classes / T targets;  ``per_token``  True = ``[B, L, C]``, False = ``[B, C]``;
     ``needs_global_token``  True when it reads the global token at position 0 (``cls`` pooling).
+    ``pooling``           how a head that pools reads the sequence (``mean``, ``cls``, ``attention``...),
+                          None (default) for a per-token head; figures draw what it reads.
+
+A trained model (:class:`TrainedModel`: an objective of ``seqattn.objectives``), as figures and a
+distillation teacher read it:
+    ``net``               the network ``adapter -> encoder -> head``;
+    ``labels``            class names (index -> name) or None;
+    ``confusion_matrix``  ``[C, C]`` test counts (row true, column predicted) once tested, else None.
+:func:`network_of` is a trained model's ``net``, or the module itself when it is a bare network.
 
 ``spec_fields = {"constructor argument": "spec key"}`` (a class attribute) names what a part takes
 from the :class:`~seqattn.datakit.spec.DataSpec` (``"num_outputs"``, ``"vocab"``,
@@ -36,13 +48,13 @@ a typo in a hook is never a silent fallback to the default.
 from __future__ import annotations
 
 import difflib
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
-from torch import nn
+from torch import Tensor, nn
 
 ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec",
-                 "example_inputs")
-HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields")
+                 "example_inputs", "augmented_inputs")
+HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields", "pooling")
 
 
 def _near_misses(cls: type, hooks: tuple[str, ...]) -> None:
@@ -62,6 +74,7 @@ class AdapterBase(nn.Module):
     export_inputs: tuple[str, ...] | None = None
     exportable: bool = True
     spec_fields: ClassVar[Mapping[str, str]] = {}
+    augmented_inputs: Mapping[str, Tensor] | None = None  # set by an augmenting adapter's training forward
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -87,6 +100,7 @@ class HeadBase(nn.Module):
     num_outputs: int
     per_token: bool = True
     needs_global_token: bool = False
+    pooling: str | None = None
     spec_fields: ClassVar[Mapping[str, str]] = {"num_outputs": "num_outputs"}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -137,3 +151,31 @@ def adapter_hooks(adapter: nn.Module) -> dict[str, Any]:
         "export_inputs": tuple(getattr(adapter, "export_inputs", None) or ()) or None,
         "exportable": bool(getattr(adapter, "exportable", True)),
     }
+
+
+def augmented_inputs(adapter: nn.Module) -> Mapping[str, Tensor] | None:
+    """The adapter's ``augmented_inputs`` hook: the batch keys its last training forward read, or None
+    (the default of :class:`AdapterBase`, and of any module that does not define it)."""
+    return getattr(adapter, "augmented_inputs", AdapterBase.augmented_inputs)
+
+
+def head_pooling(head: nn.Module) -> str | None:
+    """The head's ``pooling`` hook (None: a per-token head, the default of :class:`HeadBase`)."""
+    return getattr(head, "pooling", HeadBase.pooling)
+
+
+@runtime_checkable
+class TrainedModel(Protocol):
+    """A trained model as figures and a distillation teacher read it (every ``seqattn.objectives``
+    objective): its network, its class names, and the test confusion matrix once tested."""
+
+    net: nn.Module
+    labels: list[str] | None
+    confusion_matrix: Tensor | None  # [C, C] counts (row true, column predicted); None before a test
+
+
+def network_of(model: nn.Module) -> nn.Module:
+    """The network ``adapter -> encoder -> head`` that ``model`` runs: a trained model's ``net``, else
+    ``model`` itself (a bare network)."""
+    return model.net if isinstance(model, TrainedModel) else model
+

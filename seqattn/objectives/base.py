@@ -88,6 +88,8 @@ class Objective(L.LightningModule):
         self.epoch_loss = nn.ModuleDict({f"{stage}_loss": MeanMetric() for stage in ("val", "test")})
 
     run_config: dict | None = None  # the whole resolved run config, set by seqattn.run.train
+    # [C, C] test counts (row true, column predicted) once tested, None before (seqattn.model.protocols.TrainedModel)
+    confusion_matrix: torch.Tensor | None = None
     # metric name -> why it is undefined (NaN) this run, e.g. ROC-AUC on a split with one class
     undefined_reasons: dict[str, str] = {}
     # parameter name -> learning-rate multiplier (fine-tuning: pretrained parts slower); set by seqattn.training.finetune

@@ -12,9 +12,10 @@ applies to training steps only; validation and test losses stay the plain cross-
 with a student trained without a teacher.
 
 The teacher sees what the student sees: when the student's adapter augments its inputs while
-training and exposes them (``adapter.augmented_inputs``, a dict of batch keys, e.g. the cropped,
-shifted, noisy waveforms of :class:`~seqattn.modalities.audio.augment.AugmentedAudioAdapter`), the
-teacher reads those instead of the clean batch ("consistent" teaching: the soft targets are the
+training and exposes them (the adapter hook ``augmented_inputs`` of :mod:`seqattn.model.protocols`, a
+dict of batch keys, e.g. the cropped, shifted, noisy waveforms of
+:class:`~seqattn.modalities.audio.augment.AugmentedAudioAdapter`), the teacher reads those instead of
+the clean batch ("consistent" teaching: the soft targets are the
 teacher's view of the very example the student is trained on, so every augmented view adds targets).
 
 The teacher is frozen and in eval mode (no dropout, no augmentation of its own); it is held outside the
@@ -33,6 +34,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from seqattn.model.protocols import TrainedModel, network_of
 
 
 def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
@@ -62,7 +65,8 @@ class Distillation:
     """A frozen teacher and how much of its softened output the student learns from.
 
     Args:
-        teacher: the teacher objective (``teacher.net(batch)["logits"]``; its ``labels``) or network.
+        teacher: the teacher objective (a :class:`~seqattn.model.protocols.TrainedModel`: its ``net`` and
+            ``labels``) or network; :attr:`net` is the network that runs.
         temperature: ``T > 0`` of both softmaxes.
         alpha: weight of the soft term in ``[0, 1]`` (1 = the teacher only, 0 = the labels only).
         source: where the teacher came from (shown in logs and ``metrics.json``).
@@ -75,19 +79,19 @@ class Distillation:
             raise ValueError(f"distill.alpha={alpha!r} must be in [0, 1]")
         self.temperature, self.alpha, self.source = float(temperature), float(alpha), source
         self.teacher = teacher.eval()
+        self.net = network_of(teacher)  # the teacher's network (the declared hook)
         for param in self.teacher.parameters():
             param.requires_grad_(False)
 
     @property
     def labels(self) -> list[str] | None:
-        labels = getattr(self.teacher, "labels", None)
+        labels = self.teacher.labels if isinstance(self.teacher, TrainedModel) else None
         return list(labels) if labels else None
 
     def check_labels(self, student_labels: Sequence[str] | None, num_outputs: int) -> None:
         """``ValueError`` unless the teacher predicts the student's labels (same names, same order)."""
-        net = getattr(self.teacher, "net", self.teacher)
-        n = getattr(getattr(net, "head", None), "num_outputs", None)
-        if n is not None and n != num_outputs:
+        n = self.net.head.num_outputs
+        if n != num_outputs:
             raise ValueError(f"distill.teacher {self.source} predicts {n} classes, the student {num_outputs}: "
                              "distillation needs the same label set")
         teacher = self.labels
@@ -98,7 +102,7 @@ class Distillation:
     @torch.no_grad()
     def teacher_logits(self, batch: dict) -> torch.Tensor:
         """The teacher's logits for ``batch`` (moved to the batch's device on first use)."""
-        net = getattr(self.teacher, "net", self.teacher)
+        net = self.net
         device = next((v.device for v in batch.values() if isinstance(v, torch.Tensor)), None)
         param = next(net.parameters(), None)
         if device is not None and param is not None and param.device != device:

@@ -27,6 +27,7 @@ from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
 from seqattn.labels import IGNORE_INDEX
+from seqattn.model.protocols import augmented_inputs
 from seqattn.objectives.base import Objective
 from seqattn.objectives.distill import Distillation
 from seqattn.objectives.predictions import Prediction
@@ -217,7 +218,7 @@ class SequenceLabeling(Objective):
                              label_smoothing=self.label_smoothing)
         if self.distillation is None or not self.training:
             return ce
-        inputs = getattr(self.net.adapter, "augmented_inputs", None)  # the student's augmented view, if any
+        inputs = augmented_inputs(self.net.adapter)  # the student's augmented view, if any (a declared hook)
         loss, soft = self.distillation.loss(ce, logits, batch, keep=labels != IGNORE_INDEX, inputs=inputs)
         weight = int((labels != IGNORE_INDEX).sum())
         if self._trainer is not None:  # called from a training loop

@@ -13,21 +13,10 @@ padding (-1 for decoded sequences, -100 for references).
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 from torchmetrics import Metric
 
-
-def edit_distance(hyp: Sequence, ref: Sequence) -> int:
-    """Levenshtein distance between two token sequences (unit costs)."""
-    previous = list(range(len(ref) + 1))
-    for i, h in enumerate(hyp, start=1):
-        current = [i] + [0] * len(ref)
-        for j, r in enumerate(ref, start=1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (h != r))
-        previous = current
-    return previous[-1]
+from seqattn.labels import edit_distance  # the shared helper (also used by the audio figures)
 
 
 def unpad(rows: torch.Tensor) -> list[list[int]]:

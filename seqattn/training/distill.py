@@ -51,6 +51,6 @@ def apply_distill(model: nn.Module, options: DistillOptions) -> dict[str, Any] |
     model.set_distillation(distillation)
     n = sum(p.numel() for p in distillation.teacher.parameters())
     log.info("distilling from %s (%s encoder, %.1fk parameters), T=%g, alpha=%g", path,
-             type(getattr(distillation.teacher, "net", distillation.teacher).encoder).__name__, n / 1e3,
+             type(distillation.net.encoder).__name__, n / 1e3,
              distillation.temperature, distillation.alpha)
     return {**distillation.describe(), "teacher_parameters": n}

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from matplotlib.colors import ListedColormap
 
+from seqattn.labels import edit_distance
+from seqattn.model.protocols import head_pooling
 from seqattn.viz import first_test_batch, plt
 
 
@@ -76,7 +78,7 @@ def plot_ctc(model, datamodule, out_dir: str | Path, index: int = 0) -> Path:
     reference = [names[int(k)] for k in batch["labels"][index].tolist() if int(k) >= 0]
     hop_s = datamodule.hop / datamodule.sample_rate
     step_s = hop_s * n_feat / max(n, 1)  # seconds per network frame (subsampled)
-    errors = _edit_distance(decoded, reference)
+    errors = edit_distance(decoded, reference)
 
     fig = plt.figure(figsize=(11, 8.5), constrained_layout=True)
     grid = fig.add_gridspec(3, 1, height_ratios=[2.0, 2.6, 0.7])
@@ -107,16 +109,6 @@ def plot_ctc(model, datamodule, out_dir: str | Path, index: int = 0) -> Path:
     return path
 
 
-def _edit_distance(a, b) -> int:
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, start=1):
-        current = [i] + [0] * len(b)
-        for j, y in enumerate(b, start=1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
-        previous = current
-    return previous[-1]
-
-
 def _runs(labels: np.ndarray):
     """Maximal runs of equal labels: yields ``(start, end, label)``."""
     start = 0
@@ -145,7 +137,7 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
     names = list(model.labels or [str(i) for i in range(model.num_classes)])
     batch = first_test_batch(datamodule)
     batch = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-    matrix = getattr(model, "confusion_matrix", None)
+    matrix = model.confusion_matrix  # a TrainedModel (seqattn.model.protocols): None until tested
     if matrix is None:  # not tested in this process: count over the test split
         matrix = torch.zeros(len(names), len(names), dtype=torch.long)
         for b in datamodule.test_dataloader():
@@ -173,7 +165,7 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
     ax = fig.add_subplot(grid[1, 0])
     head = model.net.head
     attention = out.get("attention")
-    pooling = getattr(head, "pooling", None)
+    pooling = head_pooling(head)
     weights = None
     if pooling == "attention":
         encoded = model.net.encoder(tokens)
@@ -188,7 +180,7 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
         ax.set_xlim(-0.5, n - 0.5)
         ax.set_ylabel(label)
     else:
-        ax.text(0.5, 0.5, f"pooling: {getattr(head, 'pooling', '?')}", ha="center", va="center")
+        ax.text(0.5, 0.5, f"pooling: {pooling or '?'}", ha="center", va="center")
         ax.set_axis_off()
     ax = fig.add_subplot(grid[2, 0])
     attn = attention[0][index, :, g : n + g, g : n + g].mean(0) if attention else None  # [F, F]

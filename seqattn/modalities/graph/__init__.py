@@ -9,7 +9,8 @@
 - :mod:`~seqattn.modalities.graph.social`: :class:`SocialDataModule` (node classification, full or sampled);
 - :mod:`~seqattn.modalities.graph.sampling`: disjoint ego-subgraph neighbour sampling;
 - :mod:`~seqattn.modalities.graph.viz`: molecule and node-classification figures;
-- :mod:`~seqattn.modalities.graph.bench`: ``python -m seqattn.bench graph``.
+- :mod:`~seqattn.modalities.graph.structure_cells`: the ``graph_bias`` cell of ``python -m seqattn.bench core``
+  (the ``graph`` suite itself is :mod:`seqattn.bench.graph`).
 """
 
 from seqattn.modalities.graph.adapter import GraphAdapter, k_hop_edges

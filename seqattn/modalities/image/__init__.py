@@ -5,7 +5,7 @@
 - :mod:`~seqattn.modalities.image.data`: :class:`ImageDataModule` (shapes, folder, csv, CIFAR-10, MNIST);
 - :mod:`~seqattn.modalities.image.shapes`: the built-in coloured shapes;
 - :mod:`~seqattn.modalities.image.viz`: confusion matrix and attention overlays;
-- :mod:`~seqattn.modalities.image.bench`: ``python -m seqattn.bench image``.
+- its benchmark suite is :mod:`seqattn.bench.image` (``python -m seqattn.bench image``).
 """
 
 from seqattn.modalities.image.adapter import ImageAdapter

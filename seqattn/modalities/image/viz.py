@@ -26,7 +26,7 @@ def plot_image_classification(model, datamodule, out_dir: str | Path, n_images: 
     """
     out_dir = Path(out_dir)
     model.eval()
-    matrix = getattr(model, "confusion_matrix", None)
+    matrix = model.confusion_matrix  # a TrainedModel (seqattn.model.protocols): None until tested
     batch = first_test_batch(datamodule)
     names = list(model.labels or [])
     if matrix is None:  # not tested in this process: count over the test split

@@ -8,7 +8,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 
-from seqattn.core.tokens import IGNORE_INDEX
+from seqattn.labels import IGNORE_INDEX
 from seqattn.datakit.splits import split_indices
 from seqattn.modalities.graph.sampling import EgoNeighborSampler, ego_batch
 from seqattn.modalities.graph.social import SocialDataModule

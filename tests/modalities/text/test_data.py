@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seqattn.modalities.text.vocab import PAD, UNK
-from seqattn.core.tokens import IGNORE_INDEX
+from seqattn.labels import IGNORE_INDEX
 from seqattn.datakit.download import download
 from seqattn.modalities.text.data import TaggingDataModule, TextClassificationDataModule
 from seqattn.modalities.text.readers import read_conllu, read_text_labels, read_token_jsonl, ud_treebank

@@ -1,7 +1,7 @@
 """``python -m seqattn.bench graph``: graph attention, seqattn vs PyG TransformerConv, dense vs edge, molecules/s.
 
 Three measurements in one run, each cell in a fresh process (the forkserver of
-:mod:`seqattn.bench.core`, so peak memory is the growth of peak RSS during one step,
+:mod:`seqattn.bench.measure`, so peak memory is the growth of peak RSS during one step,
 measured exactly as there):
 
 1. **large graph**: a random graph of ``--nodes`` nodes and ``--edges`` directed edges, width
@@ -30,8 +30,9 @@ import time
 import traceback
 from typing import Any, Callable
 
-from seqattn.bench import core as bench_core
+from seqattn.bench.measure import measure_step, run_cell_isolated, write_report
 from seqattn.datakit.files import resolve_data_dir
+from seqattn.modalities.graph.structure_cells import molecule_batch
 
 LARGE_IMPLS = ("seqattn_edge", "pyg_transformer_conv", "seqattn_edge_no_out_proj")
 MOLECULE_IMPLS = ("dense", "edge", "auto")
@@ -41,7 +42,7 @@ def _measure(step: Callable[[], None], repeats: int | None, budget: float, max_s
     """Peak-RSS growth of the first ``step()`` and the median time of N more (core's method)."""
     import torch
 
-    return {"status": "ok", **bench_core.measure_step(step, repeats, budget, max_steps=max_steps),
+    return {"status": "ok", **measure_step(step, repeats, budget, max_steps=max_steps),
             "threads": torch.get_num_threads()}
 
 
@@ -83,21 +84,6 @@ def _large_cell(impl: str, nodes: int, edges: int, dim: int, heads: int, repeats
     return _measure(lambda: step_on(x, edge_index), repeats, budget)
 
 
-def _molecule_batch(graphs: int, hops: int):
-    from seqattn.modalities.graph.molecule_data import collate_molecules
-    from seqattn.modalities.graph.molecules import featurize_records, nci_tpsa_path, read_smiles_table
-
-    records = read_smiles_table(nci_tpsa_path(), "smiles", ["tpsa"], header=False, names=["smiles", "tpsa"])
-    chosen = []
-    for rec in records:
-        g, _ = featurize_records([rec], skip_invalid=True)
-        if g and 20 <= g[0]["x"].shape[0] <= 30:
-            chosen.append(g[0])
-        if len(chosen) == graphs:
-            break
-    return collate_molecules(chosen)
-
-
 def _molecule_cell(impl: str, graphs: int, hops: int, repeats: int | None, budget: float) -> dict[str, Any]:
     import torch
 
@@ -108,7 +94,7 @@ def _molecule_cell(impl: str, graphs: int, hops: int, repeats: int | None, budge
     from seqattn.model.network import SequenceModel
 
     torch.manual_seed(0)
-    batch = _molecule_batch(graphs, hops)
+    batch = molecule_batch(graphs)
     model = SequenceModel(
         GraphAdapter(64, ATOM_FEATURES, BOND_FEATURES, heads=4, hops=hops),
         Encoder(64, depth=4, heads=4, ff_mult=2, dropout=0.0, positional="none", graph_path=impl),
@@ -161,7 +147,7 @@ def _epoch_cell(data_dir: str, limit: int | None, out_dir: str) -> dict[str, Any
 
 
 def _graph_entry(conn: Any, kwargs: dict[str, Any]) -> None:
-    """Child-process entry (see ``seqattn.bench.core.run_cell_isolated``)."""
+    """Child-process entry (see ``seqattn.bench.measure.run_cell_isolated``)."""
     kind = kwargs.pop("kind")
     try:
         result = {"large": _large_cell, "molecule": _molecule_cell, "epoch": _epoch_cell}[kind](**kwargs)
@@ -216,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
     def measure(label: str, **kwargs: Any) -> dict[str, Any]:
         start = time.perf_counter()
-        cell = dict(kwargs, **bench_core.run_cell_isolated(args.cell_timeout, entry=_graph_entry, **kwargs))
+        cell = dict(kwargs, **run_cell_isolated(args.cell_timeout, entry=_graph_entry, **kwargs))
         cell["wall_s"] = time.perf_counter() - start
         cells.append(cell)
         detail = (f"{cell.get('time_ms', 0):.1f} ms (median of {cell.get('repeats')}), peak +{cell.get('peak_mb', 0):.1f} MB"
@@ -284,46 +270,5 @@ def run(args: argparse.Namespace) -> int:
                            f"{d['time_ms'] / e['time_ms']:.2f}x)")
         else:
             targets.append(f"target auto within 10% of the faster path (hops={hops}): not measured")
-    bench_core.write_report(args, command, lines + targets, cells, targets, load_before, os.getloadavg())
+    write_report(args, command, lines + targets, cells, targets, load_before, os.getloadavg())
     return 0
-
-
-# --------------------------------------------------------------------------- a structure cell of bench core
-def graph_bias_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
-    """The graph attention of the molecule encoder: plan (once per forward) + 4 layers' attention,
-    forward + backward into q, k, v and the learned bias (the adapter's edge-feature + hop-distance
-    bias of these molecules; the projections around it are the same for every path and not timed)."""
-    import torch
-
-    from seqattn.core.plan import plan_attention
-    from seqattn.modalities.graph.adapter import GraphAdapter
-    from seqattn.modalities.graph.molecules import ATOM_FEATURES, BOND_FEATURES
-
-    torch.manual_seed(0)
-    graphs, hops = (4, 1) if small else (cfg["graphs"], cfg["hops"])
-    batch = _molecule_batch(graphs, hops)
-    adapter = GraphAdapter(64, ATOM_FEATURES, BOND_FEATURES, heads=4, hops=hops)
-    tokens = adapter(**{k: batch[k] for k in ("x", "mask", "edge_index", "edge_attr")})
-    b, n = tokens.mask.shape
-    bias = (tokens.edge_bias.detach() + 0.1 * torch.randn_like(tokens.edge_bias)).requires_grad_()
-    layers = [[torch.randn(b, n, 4, 16).transpose(1, 2).requires_grad_() for _ in range(3)] for _ in range(4)]
-    path, graph_path = {"dense_sdpa": ("dense", "dense"), "edge": ("edge", "edge"), "biased": ("biased", "auto"),
-                        "planned": (None, "auto")}[impl]
-    edges = int(tokens.edge_index.shape[1])
-    info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": n,
-                            "fill": edges / (b * n * n), "allowed_pairs": edges, "hops": hops}
-
-    def step():
-        plan = plan_attention(b, n, heads=4, dim=64, device=bias.device, mask=tokens.mask,
-                              edge_index=tokens.edge_index, edge_bias=bias, graph_path=graph_path, path=path)
-        loss = sum(plan.attend(q, k, v)[0].square().sum() for q, k, v in layers)
-        loss.backward()
-        for t in [bias] + [t for qkv in layers for t in qkv]:
-            t.grad = None
-        info["path"] = plan.path
-
-    return step, info
-
-
-#: cells of ``python -m seqattn.bench core --cells`` this modality owns (``seqattn.bench.structure``)
-STRUCTURE_CELLS = {"graph_bias": graph_bias_step}

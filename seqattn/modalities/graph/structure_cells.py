@@ -1,0 +1,103 @@
+"""The structure cell this modality declares for ``python -m seqattn.bench core --cells``.
+
+``graph_bias``: the graph attention of the ``task=molecule`` encoder (4 layers, 4 heads of width 16)
+on 128 NCI molecules of 20-30 atoms, with the graph adapter's learned edge-feature + hop-distance
+bias (hops 1 and 3), forward + backward of the attention (plan + kernels): ``dense_sdpa`` (the float
+bias that requires grad sends SDPA to its math path) and ``edge`` are today's two paths (today's
+``auto`` took the edge path below a 0.15 fill); ``biased`` = the planner's fused biased path forced
+(custom autograd, the bias gradient at the edges only); ``planned`` = the planner's choice.
+
+:mod:`seqattn.bench.structure` finds :data:`STRUCTURE_CELLS` by walking the modality folders and
+documents the form of a cell; this module imports only the core and this modality (torch lazily).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def molecule_batch(graphs: int) -> dict[str, Any]:
+    """The first ``graphs`` NCI molecules (RDKit's TPSA file) of 20-30 atoms, collated: ``x [B, N, F]``,
+    ``mask [B, N]``, ``edge_index [2, E]``, ``edge_attr [E, Fe]``, ``labels``."""
+    from seqattn.modalities.graph.molecule_data import collate_molecules
+    from seqattn.modalities.graph.molecules import featurize_records, nci_tpsa_path, read_smiles_table
+
+    records = read_smiles_table(nci_tpsa_path(), "smiles", ["tpsa"], header=False, names=["smiles", "tpsa"])
+    chosen = []
+    for rec in records:
+        g, _ = featurize_records([rec], skip_invalid=True)
+        if g and 20 <= g[0]["x"].shape[0] <= 30:
+            chosen.append(g[0])
+        if len(chosen) == graphs:
+            break
+    return collate_molecules(chosen)
+
+
+def graph_bias_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    """The graph attention of the molecule encoder: plan (once per forward) + 4 layers' attention,
+    forward + backward into q, k, v and the learned bias (the adapter's edge-feature + hop-distance
+    bias of these molecules; the projections around it are the same for every path and not timed)."""
+    import torch
+
+    from seqattn.core.plan import plan_attention
+    from seqattn.modalities.graph.adapter import GraphAdapter
+    from seqattn.modalities.graph.molecules import ATOM_FEATURES, BOND_FEATURES
+
+    torch.manual_seed(0)
+    graphs, hops = (4, 1) if small else (cfg["graphs"], cfg["hops"])
+    batch = molecule_batch(graphs)
+    adapter = GraphAdapter(64, ATOM_FEATURES, BOND_FEATURES, heads=4, hops=hops)
+    tokens = adapter(**{k: batch[k] for k in ("x", "mask", "edge_index", "edge_attr")})
+    b, n = tokens.mask.shape
+    bias = (tokens.edge_bias.detach() + 0.1 * torch.randn_like(tokens.edge_bias)).requires_grad_()
+    layers = [[torch.randn(b, n, 4, 16).transpose(1, 2).requires_grad_() for _ in range(3)] for _ in range(4)]
+    path, graph_path = {"dense_sdpa": ("dense", "dense"), "edge": ("edge", "edge"), "biased": ("biased", "auto"),
+                        "planned": (None, "auto")}[impl]
+    edges = int(tokens.edge_index.shape[1])
+    info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": n,
+                            "fill": edges / (b * n * n), "allowed_pairs": edges, "hops": hops}
+
+    def step():
+        plan = plan_attention(b, n, heads=4, dim=64, device=bias.device, mask=tokens.mask,
+                              edge_index=tokens.edge_index, edge_bias=bias, graph_path=graph_path, path=path)
+        loss = sum(plan.attend(q, k, v)[0].square().sum() for q, k, v in layers)
+        loss.backward()
+        for t in [bias] + [t for qkv in layers for t in qkv]:
+            t.grad = None
+        info["path"] = plan.path
+
+    return step, info
+
+
+def graph_bias_targets(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per configuration: the planner vs today's automatic path (dense at fill >= 0.15, else edge)."""
+
+    def find(impl: str, config: str) -> dict[str, Any] | None:
+        return next((r for r in rows if r["impl"] == impl and r["config"] == config and r["status"] == "ok"), None)
+
+    out = []
+    for cfg in sorted({r["config"] for r in rows}):
+        today = [r for r in (find("dense_sdpa", cfg), find("edge", cfg)) if r]
+        b = find("planned", cfg)
+        if today and b:
+            auto_today = "dense_sdpa" if today[0].get("fill", 0) >= 0.15 else "edge"
+            ref = find(auto_today, cfg) or today[0]
+            ratio = ref["time_ms"] / b["time_ms"]
+            best = min(r["time_ms"] for r in today) / b["time_ms"]
+            out.append(f"target graph attention with learned biases, {cfg}: planned >= 2x faster than today "
+                       f"(today's auto path: {auto_today}): {'met' if ratio >= 2 else 'missed'} ({ratio:.2f}x; "
+                       f"{best:.2f}x vs the faster of today's two paths)")
+    return out
+
+
+#: cells of ``python -m seqattn.bench core --cells`` this modality owns (the form: ``seqattn.bench.structure``)
+STRUCTURE_CELLS: dict[str, dict[str, Any]] = {
+    "graph_bias": {
+        "impls": ("dense_sdpa", "edge", "biased", "planned"),
+        "sizes": lambda tiny: [{"graphs": 8, "hops": 1}] if tiny else [{"graphs": 128, "hops": 1},
+                                                                       {"graphs": 128, "hops": 3}],
+        "describe": lambda cfg: f"{cfg['graphs']} molecules, hops {cfg['hops']}",
+        "step": graph_bias_step,
+        "targets": graph_bias_targets,
+    },
+}

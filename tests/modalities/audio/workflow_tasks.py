@@ -1,0 +1,67 @@
+"""The audio tasks' workflow declarations (see :mod:`tests.workflow_task`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from tests.workflow_task import FileSource, Task
+
+_SPEECH_SYNTH = ["data.synth.n_train_speakers=3", "data.synth.n_val_speakers=1", "data.synth.n_test_speakers=1",
+                 "data.synth.utts_per_speaker={train:14,val:8,test:10}", "data.batch_size=8", "model.dim=48",
+                 "model.depth=2", "trainer.max_epochs=6"]
+
+
+def _speech_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """A folder of five test-split WAV files of the built-in corpus (different lengths)."""
+    from seqattn.modalities.audio.corpus import generate_speech_corpus
+    from seqattn.modalities.audio.manifest import read_manifest
+
+    manifest = generate_speech_corpus(cfg.data.data_dir, **cfg.data.synth)
+    folder.mkdir(parents=True, exist_ok=True)
+    items = [it for it in read_manifest(manifest) if it["split"] == "test"][:5]
+    for it in items:
+        shutil.copy(it["path"], folder / Path(it["path"]).name)
+    return folder
+
+
+def _clip_inputs(cfg: DictConfig, folder: Path) -> Path:
+    """A folder of five test-split clips of the built-in spoken-word corpus (different words and lengths)."""
+    from seqattn.modalities.audio.manifest import read_clip_manifest
+    from seqattn.modalities.audio.words import generate_words_corpus
+
+    manifest = generate_words_corpus(cfg.data.data_dir, **cfg.data.synth)
+    folder.mkdir(parents=True, exist_ok=True)
+    items = [it for it in read_clip_manifest(manifest) if it["split"] == "test"][::2][:5]
+    for it in items:
+        shutil.copy(it["path"], folder / f"{it['speaker']}_{Path(it['path']).name}")
+    return folder
+
+
+def _speech_files(tmp_path: Path) -> FileSource:
+    """One WAV file with segment labels in a JSONL manifest, in every split."""
+    import soundfile as sf
+
+    sf.write(tmp_path / "a.wav", np.random.default_rng(0).normal(size=8000).astype(np.float32) * 0.1, 16000)
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps({"path": "a.wav", "segments": [[0, 0.2, "x"], [0.2, 0.5, "y"]],
+                                                           "split": s}) + "\n" for s in ("train", "val", "test")))
+    return [f"data.manifest={tmp_path / 'm.jsonl'}"], "manifest", "synthetic"
+
+
+TASKS = {
+    "speech": Task(overrides=["task=speech", *_SPEECH_SYNTH], predict_inputs=_speech_inputs, file_source=_speech_files),
+    "speech_cls": Task(
+        overrides=["task=speech_cls", "data.synth.words=[kasu,tami,puni,shafi]", "data.synth.n_train_speakers=4",
+                   "data.synth.n_val_speakers=1", "data.synth.n_test_speakers=1",
+                   "data.synth.clips_per_word={train:4,val:2,test:3}", "data.batch_size=16", "model.dim=32",
+                   "model.depth=2", "model.heads=2", "trainer.max_epochs=6"],
+        predict_inputs=_clip_inputs,
+        file_source=None,
+    ),
+    # rows are decoded sequences; export outputs per-frame logits (decoding stays in Python)
+    "speech_ctc": Task(overrides=["task=speech_ctc", *_SPEECH_SYNTH], predict_inputs=_speech_inputs, file_source=None),
+}
