@@ -29,6 +29,7 @@ from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from seqattn.configs import CONFIG_DIR  # also seqattn.run.CONFIG_DIR for callers
 from seqattn.model.build import locate
 from seqattn.training.callbacks import LastCheckpoint
 from seqattn.training.distill import DistillOptions, apply_distill
@@ -39,11 +40,6 @@ from seqattn.training.sweep import record_failure
 
 log = logging.getLogger("seqattn.run")
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"  # a source checkout
-if not (CONFIG_DIR / "config.yaml").is_file():  # an installed wheel ships conf/ as seqattn.conf
-    import seqattn.conf as _conf
-
-    CONFIG_DIR = Path(_conf.__file__).resolve().parent
 
 
 _ABSENT = object()
