@@ -40,8 +40,6 @@ from seqattn.training.sweep import record_failure
 
 log = logging.getLogger("seqattn.run")
 
-
-
 _ABSENT = object()
 
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from seqattn.core.band import BandLayout, band_attention
 from seqattn.core.fused import SMALL_LENGTH, FlashAttentionCPU, SmallBiasedAttention, cpu_flash_available, \
-    weights_from_lse
+    cpu_flash_on, weights_from_lse
 from seqattn.core.graph_cost import edges_to_dense
 from seqattn.core.kernels import edge_attention, edge_weights_to_dense, linear_attention, linear_attention_weights, \
     math_attention
@@ -214,9 +214,7 @@ class AttentionPlan:
         return what
 
     def _via(self) -> str:
-        device = self._device()
-        cpu = device is not None and torch.device(device).type == "cpu" and \
-            hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+        cpu = cpu_flash_on(self._device())
         fused = "the CPU flash kernel" if cpu else "the fused kernel (scaled_dot_product_attention)"
         return {"none": fused, "dense": fused, "math": "the math reference kernel", "causal": f"{fused}, is_causal",
                 "band": "the CPU flash kernel" if cpu else "the blocked band kernel",

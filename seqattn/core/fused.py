@@ -30,11 +30,16 @@ SMALL_LENGTH = 128
 _CHUNK_ELEMENTS = 1 << 22  # [chunk, H, D] gathers of at most 16 MB (fp32)
 
 
+def cpu_flash_on(device: torch.device | str | None) -> bool:
+    """Whether this torch has the CPU flash kernel and ``device`` is a CPU."""
+    return (device is not None and torch.device(device).type == "cpu"
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"))
+
+
 def cpu_flash_available(q: torch.Tensor, dropout_p: float = 0.0) -> bool:
     """Whether :class:`FlashAttentionCPU` can run: a CPU tensor, no dropout, a dtype the kernel takes."""
-    return (q.device.type == "cpu" and dropout_p == 0.0
-            and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"))
+    return (dropout_p == 0.0 and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+            and cpu_flash_on(q.device))
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ plan says why (:attr:`AttentionPlan.reason`, :meth:`AttentionPlan.summary`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -138,15 +138,16 @@ def plan_structure(s: Structure, options: PlanOptions | None = None, *, heads: i
     return _plan_padding(s, options, heads)
 
 
-def plan_attention(batch: int, length: int, *, heads: int, dim: int, device: torch.device, kernel: str = "sdpa",
-                   graph_path: str = "auto", max_dense_bytes: int = 2**30, dense_min_fill: float = 0.15,
-                   flex: bool = False, path: str | None = None, **structure: Any) -> AttentionPlan:
-    """The keyword form of :func:`plan_structure` (tests, benchmarks): ``structure`` are the fields of
-    :class:`Structure` (``mask``, ``attn_mask``, ``window``, ``grid``, ``grid_window``, ``causal``,
-    ``num_global``, ``edge_index``, ``edge_bias``, ``edge_attr``), the rest of :class:`PlanOptions`."""
-    options = PlanOptions(kernel=kernel, graph_path=graph_path, max_dense_bytes=max_dense_bytes,
-                          dense_min_fill=dense_min_fill, flex=flex, path=path)
-    return plan_structure(Structure(batch, length, device, **structure), options, heads=heads, dim=dim)
+def plan_attention(batch: int, length: int, *, heads: int, dim: int, device: torch.device,
+                   **given: Any) -> AttentionPlan:
+    """The keyword form of :func:`plan_structure` (tests, benchmarks): ``given`` holds fields of
+    :class:`PlanOptions` (``kernel``, ``graph_path``, ``max_dense_bytes``, ``dense_min_fill``, ``flex``,
+    ``path``; their defaults there) and of :class:`Structure` (``mask``, ``attn_mask``, ``window``,
+    ``grid``, ``grid_window``, ``causal``, ``num_global``, ``edge_index``, ``edge_bias``, ``edge_attr``)."""
+    names = {f.name for f in fields(PlanOptions)}
+    options = PlanOptions(**{k: v for k, v in given.items() if k in names})
+    structure = Structure(batch, length, device, **{k: v for k, v in given.items() if k not in names})
+    return plan_structure(structure, options, heads=heads, dim=dim)
 
 
 def _common(s: Structure, options: PlanOptions, heads: int) -> dict:
@@ -255,8 +256,8 @@ def _band(s: Structure, forced: bool) -> tuple[BandLayout | None, str | None]:
         if length < BAND_MIN_LENGTH:
             return None, f"length {length} < {BAND_MIN_LENGTH}: one dense call is cheaper than the band kernel"
         if pairs > BAND_MAX_FRACTION * batch * length * length:
-            return None, (f"the band would compute {pairs / (batch * length * length):.0%} of the dense pairs "
-                          f"(above {BAND_MAX_FRACTION:.0%})")
+            return None, (f"the band would compute {pairs / (batch * length * length):.0%} of the dense pairs, "
+                          f"above {BAND_MAX_FRACTION:.0%}")
     return band_layout(relative, block, left, right, tokens, num_global, batch, s.mask, s.device), None
 
 
