@@ -1,10 +1,23 @@
 """Shared fixtures: every test starts from the same random state."""
 
+import os
 import random
 
 import numpy as np
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    """Under pytest-xdist, each worker takes its share of the cores as intra-op threads.
+
+    Two workers at two threads each on two cores spend their time waiting for one another (every
+    small op synchronises its threads); the suite's tensors are tiny, so one thread per worker loses
+    nothing. Subprocesses the tests start (``seqattn.run``) already get ``OMP_NUM_THREADS=1``.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(autouse=True)
