@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqattn.model.protocols import VocabTable, vocab_tables
+from seqattn.model.protocols import VocabTable, network_of, vocab_tables
 from seqattn.training.checkpoint import read_checkpoint
 
 log = logging.getLogger("seqattn.training.finetune")
@@ -72,7 +72,7 @@ def resize_positional(table: torch.Tensor, length: int) -> torch.Tensor:
 
 def _model_tables(model: nn.Module) -> dict[str, VocabTable]:
     """``{full tensor name: VocabTable}`` of the model's adapter (``net.adapter.<name>``)."""
-    adapter = getattr(getattr(model, "net", None), "adapter", None)
+    adapter = getattr(network_of(model), "adapter", None)
     return {f"{NET}adapter.{name}": table for name, table in vocab_tables(adapter).items()}
 
 
