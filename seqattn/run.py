@@ -35,7 +35,8 @@ from seqattn.training.callbacks import LastCheckpoint
 from seqattn.training.distill import DistillOptions, apply_distill
 from seqattn.training.finetune import FinetuneOptions, apply_finetune
 from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
-from seqattn.training.resume import finished_run, keep_previous_metrics, resumable_train_loader, resume_config
+from seqattn.training.resume import (RunFolder, finished_run, keep_previous_metrics, resumable_train_loader,
+                                    resume_config)
 from seqattn.training.sweep import record_failure
 
 log = logging.getLogger("seqattn.run")
@@ -264,6 +265,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
 
     callbacks = build_callbacks(cfg, plan)
+    callbacks.append(RunFolder(out_dir))  # checkpoints name their folder; resumed in a copy, their paths move into it
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
     loggers = _instantiate_all(cfg.get("logger"))

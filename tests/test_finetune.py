@@ -168,3 +168,115 @@ def test_pretrained_lr_mult_makes_parameter_groups_and_freeze_drops_parameters(t
     freeze(model, ["adapter", "head"])
     with pytest.raises(ValueError, match="everything is frozen"):
         model.parameter_groups()
+
+
+# ---------------------------------------------------------------------------------------------
+# text: vocabulary tables are mapped by token, never by position
+
+def _text_objective(tmp_path: Path, name: str, lines: list[str], data_dir: Path, *extra: str):
+    """A text_cls objective (not trained) whose vocabulary is built from ``lines`` (``text,label``)."""
+    path, held_out = tmp_path / f"{name}.csv", tmp_path / "held_out.csv"
+    path.write_text("text,label\n" + "".join(f"{line}\n" for line in lines))
+    held_out.write_text("text,label\ngood film,pos\nbad film,neg\n")
+    overrides = [*TASKS["text_cls"].overrides, *QUIET, f"data.train_path={path}", f"data.val_path={held_out}",
+                 f"data.test_path={held_out}", "adapter.char_dim=8", *extra]
+    return _objective(compose(overrides, tmp_path / name, data_dir))
+
+
+def _row(model, name: str, token: str):
+    """``name``'s row of ``token`` (word table or character table of the text adapter)."""
+    adapter = model.net.adapter
+    tokens = adapter.vocab.words if name == "table" else adapter.chars.chars
+    table = adapter.table.weight if name == "table" else adapter.chars.embedding.weight
+    return table[tokens.index(token)].detach()
+
+
+# same number of words and of characters in both files, but other words, other counts and other characters
+_OLD = ["good film,pos", "bad film,neg", "good plot,pos", "bad plot,neg"] * 2 + ["good acting,pos", "dully acting,neg"]
+_NEW = ["bad film,neg", "bad plot,neg", "nice film,pos", "bad acting,neg"] * 2 + ["bad movie,neg"]
+
+
+def test_text_rows_are_mapped_by_word_and_by_character_not_by_position(tmp_path, workflow_data_dir, caplog):
+    """Vocabularies of the same size (the case a tensor-shape check loads silently) with other words, in
+    another frequency order: a shared word's row is the checkpoint's row of that word; so for characters."""
+    import logging
+
+    old = _text_objective(tmp_path, "old", _OLD, workflow_data_dir)
+    new = _text_objective(tmp_path, "new", _NEW, workflow_data_dir)
+    old_words, new_words = old.net.adapter.vocab.words, new.net.adapter.vocab.words
+    old_chars, new_chars = old.net.adapter.chars.chars, new.net.adapter.chars.chars
+    assert len(old_words) == len(new_words) and old_words != new_words
+    assert len(old_chars) == len(new_chars) and old_chars != new_chars
+    moved = [w for w in new_words if w in old_words and new_words.index(w) != old_words.index(w)]
+    assert moved, (old_words, new_words)  # shared words at other positions: a positional copy would differ
+    fresh = {w: _row(new, "table", w).clone() for w in new_words}
+    fresh_chars = {c: _row(new, "chars", c).clone() for c in new_chars}
+    with caplog.at_level(logging.INFO, logger="seqattn.training.finetune"):
+        report = init_from_state(new, old.state_dict(), old.labels, True, source_spec=old.spec.to_dict())
+    for word in new_words:
+        want = _row(old, "table", word) if word in old_words else fresh[word]  # a new word keeps its start
+        torch.testing.assert_close(_row(new, "table", word), want, rtol=0, atol=0, msg=word)
+    for char in new_chars:
+        want = _row(old, "chars", char) if char in old_chars else fresh_chars[char]
+        torch.testing.assert_close(_row(new, "chars", char), want, rtol=0, atol=0, msg=char)
+    shared = len(set(new_words) & set(old_words))
+    assert report["vocab"]["net.adapter.table.weight"] == {
+        "from_checkpoint": shared, "total": len(new_words), "new": len(new_words) - shared,
+        "unused": len(old_words) - shared}
+    assert (f"embedding: {shared} of {len(new_words)} words from the checkpoint, {len(new_words) - shared} new "
+            f"(initialised), {len(old_words) - shared} checkpoint words unused") in caplog.text
+    chars_shared = len(set(new_chars) & set(old_chars))
+    assert (f"character embedding: {chars_shared} of {len(new_chars)} characters from the checkpoint, "
+            f"{len(new_chars) - chars_shared} new (initialised), {len(old_chars) - chars_shared} checkpoint "
+            "characters unused") in caplog.text
+
+
+def test_finetune_onto_text_with_new_words_loads_the_checkpoint_rows_and_counts_the_new(tiny_run, tmp_path,
+                                                                                       workflow_data_dir, caplog):
+    """`task=text_cls data.train_path=<other.csv> init_from=<best.ckpt>` with words the checkpoint never saw:
+    it loads (no shape error), the checkpoint's words keep their rows, the new ones are counted in the log."""
+    import logging
+
+    base = tiny_run("text_cls")
+    checkpoint = read_checkpoint(base.best)
+    old_words = list(checkpoint["hyper_parameters"]["spec"]["vocab"])  # the checkpoint carries its vocabulary
+    known = [w for w in old_words[2:] if w.isalpha()][:6]
+    lines = [f"{w} {known[(i + 1) % 6]} zyzzyva,{'pos' if i % 2 else 'neg'}" for i, w in enumerate(known)] * 2
+    model = _text_objective(tmp_path, "other", lines, workflow_data_dir, "adapter.char_dim=0")
+    words = model.net.adapter.vocab.words
+    assert len(words) == len(known) + 3 and "zyzzyva" in words  # <pad>, <unk>, the known words, one new
+    start = _row(model, "table", "zyzzyva").clone()
+    with caplog.at_level(logging.INFO, logger="seqattn.training.finetune"):
+        report = init_from_checkpoint(model, base.best, resize_positional_table=True)
+    for word in words:
+        want = start if word == "zyzzyva" else checkpoint["state_dict"]["net.adapter.table.weight"][old_words.index(word)]
+        torch.testing.assert_close(_row(model, "table", word), want, rtol=0, atol=0, msg=word)
+    assert "net.adapter.table.weight" in report["loaded"]
+    assert (f"embedding: {len(words) - 1} of {len(words)} words from the checkpoint, 1 new (initialised), "
+            f"{len(old_words) - len(words) + 1} checkpoint words unused; new e.g. ['zyzzyva']") in caplog.text
+
+
+def test_map_by_token_along_columns_copies_the_other_columns_by_position():
+    """One-hot words: the projection's columns [D, V + K] are words, then K character features."""
+    from seqattn.model.protocols import VocabTable
+    from seqattn.training.finetune import map_by_token
+
+    source = torch.arange(2 * 5.0).reshape(2, 5)  # words a, b, c (columns 0-2), features (3-4)
+    fresh = -torch.ones(2, 5)  # words c, d, a, then the features
+    out, counts = map_by_token("proj.weight", VocabTable("vocab", ("c", "d", "a"), axis=1), fresh, source,
+                               ["a", "b", "c"])
+    torch.testing.assert_close(out, torch.stack([source[:, 2], fresh[:, 1], source[:, 0], source[:, 3],
+                                                 source[:, 4]], dim=1))
+    assert counts == {"from_checkpoint": 2, "total": 3, "new": 1, "unused": 1, "new_tokens": ["d"]}
+
+
+def test_a_text_table_of_another_width_is_an_error_naming_both_shapes_and_the_option(tmp_path, workflow_data_dir):
+    old = _text_objective(tmp_path, "old", _OLD, workflow_data_dir)
+    wider = _text_objective(tmp_path, "wide", _OLD, workflow_data_dir, "adapter.embedding_dim=48")
+    with pytest.raises(ValueError, match="does not fit") as err:
+        init_from_state(wider, old.state_dict(), old.labels, True, source_spec=old.spec.to_dict())
+    v = len(old.net.adapter.vocab)
+    assert (f"net.adapter.table.weight: checkpoint ({v}, 32) vs model ({v}, 48): the embedding width differs; set "
+            "adapter.embedding_dim (default model.dim") in str(err.value)
+    with pytest.raises(ValueError, match=r"lists no words \(hyper_parameters.spec.vocab\)"):
+        init_from_state(wider, old.state_dict(), old.labels, True, source_spec={})

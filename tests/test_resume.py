@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader
 
 import seqattn
 from seqattn.training.callbacks import AtomicCheckpointIO, ExactResume
-from seqattn.training.resume import ResumableDataLoader, make_resumable, resume_config
-from tests.workflows import EXACT_RESUME_TASKS, QUIET, TASKS
+from seqattn.training.resume import ResumableDataLoader, RunFolder, make_resumable, resume_config
+from tests.workflows import EXACT_RESUME_TASKS, QUIET, TASKS, compose, workflow_data_dir  # noqa: F401
 
 REPO = Path(seqattn.__file__).resolve().parents[1]
 
@@ -108,6 +108,69 @@ def test_resume_config_reuses_the_run_and_checks_it(tmp_path):
     assert cfg.paths.output_dir == str(tmp_path.resolve()) and cfg.trainer.max_epochs == 5 and cfg.seed == 3
     assert cfg.ckpt_path == str(tmp_path.resolve() / "checkpoints" / "last.ckpt")
     assert cfg.budget.steps == 100  # the saved config as composed; the plan is read from run_plan.json
+
+
+def _files(folder: Path) -> dict[str, tuple[int, str]]:
+    """Every file under ``folder`` -> (mtime in ns, sha256)."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _strings(value) -> list[str]:
+    """Every string in plain containers (dict keys too)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(k) + _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workflow_data_dir):
+    """`cp -r a b; seqattn.run resume=b trainer.max_epochs=2`: a's files stay byte-identical and untouched;
+    b's checkpoints, metrics.json, run plan, config.yaml and curves are b's own, at epoch 2."""
+    import shutil
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from seqattn.run import run, train
+
+    original, copy = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
+    train(compose(["task=social", "model.dim=16", "model.depth=1", "trainer.max_epochs=1", *QUIET], original,
+                  workflow_data_dir))
+    shutil.copytree(original, copy)
+    before = _files(original)
+    assert torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+
+    # what `python -m seqattn.run resume=b trainer.max_epochs=2` runs (the overrides as Hydra gives them)
+    run(compose([f"resume={copy}", "trainer.max_epochs=2"], tmp_path / "hydra_run", workflow_data_dir))
+
+    assert _files(original) == before  # not a byte, not an mtime of the original changed
+    metrics = json.loads((copy / "metrics.json").read_text())
+    assert metrics["epochs"] == 2 and metrics["output_dir"] == str(copy)
+    assert metrics["best_checkpoint"] == str(copy / "checkpoints" / "best.ckpt")
+    assert json.loads((copy / "run_plan.json").read_text())["max_epochs"] == 2
+    last = torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["epoch"] == 2 and last["seqattn_run_dir"] == str(copy)
+    assert str(original) not in (copy / "config.yaml").read_text()
+    assert not [s for s in _strings(last["callbacks"]) if str(original) in s]
+    assert "1" in [row.split(",")[0] for row in (copy / "csv" / "metrics.csv").read_text().splitlines()]  # epoch 2
+
+    # the callback states saved in the original's checkpoint: moved into the copy before a callback reads them,
+    # so the best checkpoint's score is restored (same folder) and its path is the copy's; a checkpoint written
+    # before it recorded its folder: the folder of the run config it carries
+    for recorded in (True, False):
+        state = torch.load(original / "checkpoints" / "last.ckpt", weights_only=True)
+        if not recorded:
+            assert state.pop("seqattn_run_dir") == str(original)
+        RunFolder(copy).on_load_checkpoint(None, None, state)
+        best = ModelCheckpoint(dirpath=copy / "checkpoints", filename="best", monitor="val/loss")
+        best.load_state_dict(next(v for k, v in state["callbacks"].items() if "val/loss" in k))
+        assert best.best_model_path == str(copy / "checkpoints" / "best.ckpt") and best.best_model_score is not None
+        assert not [s for s in _strings(state["callbacks"]) if str(original) in s]
 
 
 def _run(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:

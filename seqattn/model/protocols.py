@@ -16,6 +16,10 @@ Adapter (:class:`AdapterBase`):
     ``augmented_inputs``  None (default), or after a training forward the batch keys it actually read
                           when it augments its inputs (``{"waveform": ..., "lengths": ...}``): a
                           distillation teacher reads those in place of the clean batch.
+    ``vocab_tables()``    ``{parameter name: VocabTable}``: its tensors whose entries along an axis are
+                          the tokens of a vocabulary of the spec (a word embedding, a character table);
+                          fine-tuning (``init_from``) maps those entries by token, not by position.
+                          Default: none.
 
 Encoder (the core :class:`~seqattn.core.Encoder` or a baseline):
     ``dim``               model width D; ``forward(tokens, return_attention=False)``.
@@ -48,12 +52,13 @@ a typo in a hook is never a silent fallback to the default.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
 ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec",
-                 "example_inputs", "augmented_inputs")
+                 "example_inputs", "augmented_inputs", "vocab_tables")
 HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields", "pooling")
 
 
@@ -65,6 +70,21 @@ def _near_misses(cls: type, hooks: tuple[str, ...]) -> None:
         if close:
             raise TypeError(f"{cls.__name__}.{name} looks like a misspelt hook {close[0]!r} of "
                             f"{cls.__mro__[1].__name__}; rename it (hooks: {', '.join(hooks)})")
+
+
+@dataclass(frozen=True)
+class VocabTable:
+    """A tensor of an adapter whose entries along ``axis`` are the tokens of a vocabulary (entry i =
+    ``tokens[i]``): fine-tuning copies each token's entry from the checkpoint's entry of the same token
+    (the checkpoint's tokens: its spec's ``spec_key``); entries past ``len(tokens)`` along ``axis``
+    (other input features, e.g. character features next to one-hot words) are copied by position."""
+
+    spec_key: str  # the DataSpec field listing the tokens (``"vocab"``, ``"chars"``)
+    tokens: tuple[str, ...]  # this model's token of each entry, in order
+    axis: int = 0  # the tensor axis the tokens index
+    label: str = "embedding"  # what the log calls the table
+    unit: str = "words"  # what the log calls its tokens
+    width_option: str = "model.dim"  # the option that sets the tensor's other sizes (named in a mismatch)
 
 
 class AdapterBase(nn.Module):
@@ -92,6 +112,10 @@ class AdapterBase(nn.Module):
         ``scale`` times the default length or size."""
         raise ValueError(f"{type(self).__name__} has no example inputs: export it with input=<a file in the task's "
                          "predict format>")
+
+    def vocab_tables(self) -> dict[str, VocabTable]:
+        """``{parameter name (in this module): VocabTable}`` of the tensors indexed by vocabulary tokens."""
+        return {}
 
 
 class HeadBase(nn.Module):
@@ -151,6 +175,12 @@ def adapter_hooks(adapter: nn.Module) -> dict[str, Any]:
         "export_inputs": tuple(getattr(adapter, "export_inputs", None) or ()) or None,
         "exportable": bool(getattr(adapter, "exportable", True)),
     }
+
+
+def vocab_tables(adapter: nn.Module | None) -> dict[str, VocabTable]:
+    """The adapter's ``vocab_tables()`` hook (none for a module that does not define it, or no adapter)."""
+    hook = getattr(adapter, "vocab_tables", None)
+    return dict(hook()) if callable(hook) else {}
 
 
 def augmented_inputs(adapter: nn.Module) -> Mapping[str, Tensor] | None:

@@ -3,6 +3,12 @@
 What is loaded (``python -m seqattn.run task=... init_from=run/checkpoints/best.ckpt``):
 
 - the adapter and the encoder (every ``net.*`` tensor except the head's), shapes must match;
+- a tensor indexed by a vocabulary (the adapter's ``vocab_tables()`` hook: a word embedding, a
+  character table) is mapped **by token**, not by position: each token's row is the checkpoint's row
+  of that token (the checkpoint's tokens are its spec's, ``hyper_parameters["spec"]["vocab"]`` /
+  ``["chars"]``), tokens the checkpoint lacks keep their fresh initialisation, and the counts are
+  logged (``embedding: 52 of 54 words from the checkpoint, 2 new (initialised), 3 checkpoint words
+  unused``); the other sizes (the width) must match;
 - the head (and the global token) only when the label set is the same (names and count);
   otherwise they keep their fresh initialisation;
 - a learned positional table of another length is interpolated to the new ``model.max_len``
@@ -19,12 +25,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqattn.model.protocols import VocabTable, network_of, vocab_tables
 from seqattn.training.checkpoint import read_checkpoint
 
 log = logging.getLogger("seqattn.training.finetune")
@@ -63,12 +70,63 @@ def resize_positional(table: torch.Tensor, length: int) -> torch.Tensor:
     return resized[0].T.to(table.dtype).contiguous()  # [length, D]
 
 
+def _model_tables(model: nn.Module) -> dict[str, VocabTable]:
+    """``{full tensor name: VocabTable}`` of the model's adapter (``net.adapter.<name>``)."""
+    adapter = getattr(network_of(model), "adapter", None)
+    return {f"{NET}adapter.{name}": table for name, table in vocab_tables(adapter).items()}
+
+
+def map_by_token(name: str, table: VocabTable, fresh: torch.Tensor, source: torch.Tensor,
+                 source_tokens: Sequence[str] | None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The tensor ``name`` of the new model with each token's entry (along ``table.axis``) copied from the
+    checkpoint's entry of that token; tokens the checkpoint lacks keep ``fresh``'s entry; entries past
+    the tokens (other input features) are copied by position.
+
+    Args:
+        fresh: the new model's tensor (its initialisation), ``table.tokens`` along ``table.axis``.
+        source: the checkpoint's tensor, ``source_tokens`` along ``table.axis``.
+
+    Returns:
+        ``(tensor shaped like fresh, {"from_checkpoint", "total", "new", "unused", "new_tokens"})``.
+
+    Raises:
+        ValueError: the checkpoint lists no tokens, its tensor does not hold them, or a size other
+            than the tokens' differs (naming both shapes and ``table.width_option``).
+    """
+    if source_tokens is None:
+        raise ValueError(f"{name}: the checkpoint lists no {table.unit} (hyper_parameters.spec.{table.spec_key}), so "
+                         "its rows cannot be matched to this model's by token")
+    axis, old_tokens = table.axis, list(source_tokens)
+    new_part, old_part = fresh.movedim(axis, 0), source.movedim(axis, 0)  # [tokens (+ rest), ...]
+    if old_part.shape[1:] != new_part.shape[1:]:
+        raise ValueError(f"{name}: checkpoint {tuple(source.shape)} vs model {tuple(fresh.shape)}: the {table.label} "
+                         f"width differs; set {table.width_option} as in the checkpoint's run")
+    rest = new_part.shape[0] - len(table.tokens)
+    if old_part.shape[0] - len(old_tokens) != rest or rest < 0:
+        raise ValueError(f"{name}: checkpoint {tuple(source.shape)} for {len(old_tokens)} {table.unit} vs model "
+                         f"{tuple(fresh.shape)} for {len(table.tokens)}: the entries besides the {table.unit} differ "
+                         "(another adapter configuration?)")
+    where = {token: i for i, token in enumerate(old_tokens)}
+    out = new_part.clone()
+    shared = [(i, where[token]) for i, token in enumerate(table.tokens) if token in where]
+    if shared:
+        rows, old_rows = zip(*shared)
+        out[list(rows)] = old_part[list(old_rows)]
+    if rest:
+        out[len(table.tokens):] = old_part[len(old_tokens):]
+    new_tokens = [t for t in table.tokens if t not in where]
+    counts = {"from_checkpoint": len(shared), "total": len(table.tokens), "new": len(new_tokens),
+              "unused": len(old_tokens) - len(shared), "new_tokens": new_tokens}
+    return out.movedim(0, axis).contiguous(), counts
+
+
 def init_from_state(
     model: nn.Module,
     state_dict: dict[str, torch.Tensor],
     source_labels: Sequence[str] | None,
     resize_positional_table: bool,
-) -> dict[str, list[str]]:
+    source_spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Copy a pretrained objective's ``net.*`` tensors into ``model`` (an ``Objective``).
 
     Args:
@@ -76,13 +134,16 @@ def init_from_state(
         state_dict: the pretrained objective's ``state_dict`` (checkpoint ``["state_dict"]``).
         source_labels: the pretrained model's label names (None if it had none).
         resize_positional_table: interpolate a learned positional table of another length.
+        source_spec: the pretrained model's spec (checkpoint ``["hyper_parameters"]["spec"]``): the tokens
+            of its vocabulary tables (needed when the adapter declares ``vocab_tables()``).
 
     Returns:
-        ``{"loaded": [...], "new": [...], "resized": [...]}`` tensor names (``resized`` are loaded too).
+        ``{"loaded": [...], "new": [...], "resized": [...]}`` tensor names (``resized`` are loaded too)
+        and ``"vocab"``: ``{tensor name: counts}`` of the tensors mapped by token (:func:`map_by_token`).
 
     Raises:
-        ValueError: listing every tensor outside the head whose shape differs, that the
-            checkpoint lacks or that the model lacks.
+        ValueError: listing every tensor outside the head whose shape differs (for a vocabulary
+            table: whose width differs), that the checkpoint lacks or that the model lacks.
     """
     target = {k: v for k, v in model.state_dict().items() if k.startswith(NET)}
     source = {k: v for k, v in state_dict.items() if k.startswith(NET)}
@@ -96,6 +157,7 @@ def init_from_state(
                  list(source_labels or [])[:20], labels[:20])
     loaded, new, resized, problems = [], [], [], []
     update: dict[str, torch.Tensor] = {}
+    tables, mapped = _model_tables(model), {}
     for name, tensor in target.items():
         if _task_specific(name) and not same_task:
             new.append(name)
@@ -104,6 +166,16 @@ def init_from_state(
             problems.append(f"{name}: in the model {tuple(tensor.shape)}, not in the checkpoint")
             continue
         value = source[name]
+        if name in tables:  # rows are tokens: matched by token, never by position
+            table = tables[name]
+            try:
+                update[name], mapped[name] = map_by_token(name, table, tensor, value,
+                                                          (source_spec or {}).get(table.spec_key))
+            except ValueError as err:
+                problems.append(str(err))
+                continue
+            loaded.append(name)
+            continue
         if value.shape != tensor.shape:
             if resize_positional_table and _is_learned_positional(name, tensor, value):
                 update[name] = resize_positional(value, tensor.shape[0])
@@ -120,22 +192,30 @@ def init_from_state(
     if problems:
         hint = ("; a learned positional table of another length is resized only with "
                 "finetune.resize_positional=true" if not resize_positional_table else "")
-        raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head may "
-                         f"differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
+        raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head and the "
+                         f"vocabulary rows may differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
     with torch.no_grad():
         own = model.state_dict()
         for name, value in update.items():
             own[name].copy_(value)
-    return {"loaded": loaded, "new": new, "resized": resized}
+    for name, counts in mapped.items():
+        table = tables[name]
+        log.info("init_from: %s: %d of %d %s from the checkpoint, %d new (initialised), %d checkpoint %s unused%s "
+                 "(%s)", table.label, counts["from_checkpoint"], counts["total"], table.unit, counts["new"],
+                 counts["unused"], table.unit,
+                 f"; new e.g. {counts['new_tokens'][:5]}" if counts["new_tokens"] else "", name)
+    vocab = {name: {k: v for k, v in counts.items() if k != "new_tokens"} for name, counts in mapped.items()}
+    return {"loaded": loaded, "new": new, "resized": resized, "vocab": vocab}
 
 
 def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_table: bool
-                         ) -> dict[str, list[str]]:
+                         ) -> dict[str, Any]:
     """:func:`init_from_state` from a seqattn checkpoint file (read with ``weights_only=True``); logs
     which tensors were loaded, resized and newly initialised."""
     checkpoint = read_checkpoint(path)
-    report = init_from_state(model, checkpoint["state_dict"], checkpoint["hyper_parameters"].get("labels"),
-                             resize_positional_table)
+    hparams = checkpoint["hyper_parameters"]
+    report = init_from_state(model, checkpoint["state_dict"], hparams.get("labels"), resize_positional_table,
+                             source_spec=hparams.get("spec"))
     log.info("init_from %s: loaded %d tensors (%s), new (re-initialised) %d: %s%s", path, len(report["loaded"]),
              _summary(report["loaded"]), len(report["new"]), report["new"],
              f", resized {report['resized']}" if report["resized"] else "")
@@ -181,6 +261,8 @@ def apply_finetune(model: nn.Module, options: FinetuneOptions) -> dict[str, Any]
             model.lr_multipliers = {name: mult for name in report["loaded"]}
         summary.update(init_from=str(options.init_from), loaded=len(report["loaded"]), new=report["new"],
                        resized=report["resized"], pretrained_lr_mult=mult)
+        if report["vocab"]:
+            summary["vocab"] = report["vocab"]  # per table: from_checkpoint, total, new, unused
     if options.freeze:
         summary["frozen"] = len(freeze(model, list(options.freeze)))
     return summary or None

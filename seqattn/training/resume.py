@@ -14,6 +14,11 @@ Three pieces make a resumed run end with the same weights as an uninterrupted on
 3. ``resume=`` reads the run's own ``config.yaml`` (the config as composed) and ``run_plan.json``
    (the epochs and checkpoint selection the run decided from its data; :mod:`seqattn.training.plan`),
    writes into the same run directory and continues from ``checkpoints/last.ckpt``.
+
+A run folder may have been copied or moved (``cp -r runs/a runs/b; resume=runs/b``): ``config.yaml`` and
+the checkpoint's callback states hold absolute paths under the folder the run was written in. Every
+such path is taken relative to the folder given to ``resume=`` (:func:`relocate_paths` on the config,
+:class:`RunFolder` on the checkpoint), so a resumed copy reads and writes only the copy.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import DataLoader, RandomSampler
@@ -138,11 +144,85 @@ def keep_previous_metrics(run_dir: str | Path) -> Path | None:
     return target
 
 
+def _under(value: str, old: str) -> bool:
+    """Whether the path string ``value`` is the folder ``old`` or lies inside it."""
+    old = old.rstrip("/")
+    return bool(old) and (value == old or value.startswith(old + "/"))
+
+
+def _same_folder(old: str, run_dir: str | Path) -> bool:
+    return Path(old).expanduser().resolve() == Path(run_dir).expanduser().resolve()
+
+
+def _moved(value: Any, old: str, new: str, where: str, moved: list[str]) -> Any:
+    """``value`` (plain containers, strings) with every path string under ``old`` moved under ``new``
+    (dict keys too); the location of each moved string is appended to ``moved``."""
+    if isinstance(value, str):
+        if _under(value, old):
+            moved.append(where)
+            return new + value[len(old.rstrip("/")):]
+        return value
+    if isinstance(value, dict):
+        return {_moved(k, old, new, f"{where}[key]", moved): _moved(v, old, new, f"{where}.{k}".lstrip("."), moved)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_moved(v, old, new, f"{where}[{i}]", moved) for i, v in enumerate(value))
+    return value
+
+
+def relocate_paths(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """``cfg`` (a run's saved config) with every path under the folder it was written in (its
+    ``paths.output_dir``) moved under ``run_dir``: checkpoint folders, logger folders, anything else
+    there. Logs what moved; a config written in ``run_dir`` itself is returned as is."""
+    old = OmegaConf.select(cfg, "paths.output_dir")
+    if not isinstance(old, str) or _same_folder(old, run_dir):
+        return cfg
+    moved: list[str] = []
+    relocated = OmegaConf.create(_moved(OmegaConf.to_container(cfg, resolve=False), old, str(run_dir), "", moved))
+    log.info("resume=%s: the run was written in %s; %d path(s) of its config.yaml now point into %s instead: %s",
+             run_dir, old, len(moved), run_dir, ", ".join(moved))
+    return relocated
+
+
+RUN_DIR_KEY = "seqattn_run_dir"  # a checkpoint's key: the run folder it was written in
+
+
+class RunFolder(L.Callback):
+    """Every checkpoint records the run folder it is written in (``checkpoint["seqattn_run_dir"]``).
+
+    Resumed in another folder (a copied or moved run: ``run_dir`` is not the folder recorded, or, for a
+    checkpoint written before the key, not its ``seqattn_config.paths.output_dir``), the checkpoint's
+    callback states (the best checkpoint's path, the checkpoint folder, ``best_k_models``...) name
+    files of the original; they are moved under ``run_dir`` before the callbacks read them
+    (``on_load_checkpoint`` runs before their ``load_state_dict``), so neither the test of the best
+    checkpoint nor a later save touches the original folder.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = str(Path(run_dir).expanduser().resolve())
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        checkpoint[RUN_DIR_KEY] = self.run_dir
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        old = checkpoint.get(RUN_DIR_KEY)
+        if old is None:  # written before the key: the folder of the run config it carries
+            old = ((checkpoint.get("seqattn_config") or {}).get("paths") or {}).get("output_dir")
+        if not isinstance(old, str) or _same_folder(old, self.run_dir) or "callbacks" not in checkpoint:
+            return
+        moved: list[str] = []
+        checkpoint["callbacks"] = _moved(checkpoint["callbacks"], old, self.run_dir, "", moved)
+        log.info("resume: the checkpoint was written in %s; %d path(s) of its callback states now point into %s",
+                 old, len(moved), self.run_dir)
+
+
 def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
     """The config of an earlier run to continue: its ``config.yaml`` with ``ckpt_path`` set to its
-    ``checkpoints/last.ckpt``, ``paths.output_dir`` to ``run_dir`` and ``resume`` to ``run_dir``;
-    ``overrides`` (``key=value`` strings, e.g. ``trainer.max_epochs=60``) are applied on top. The
-    run's plan (``run_plan.json``) is read back by ``seqattn.run``, not folded into the config."""
+    ``checkpoints/last.ckpt``, ``paths.output_dir`` to ``run_dir`` and ``resume`` to ``run_dir``, every
+    other path under the folder the run was written in moved under ``run_dir`` (:func:`relocate_paths`:
+    a copied run folder writes only into the copy); ``overrides`` (``key=value`` strings, e.g.
+    ``trainer.max_epochs=60``) are applied on top. The run's plan (``run_plan.json``) is read back by
+    ``seqattn.run``, not folded into the config."""
     run_dir = Path(run_dir).expanduser().resolve()
     config, last = run_dir / "config.yaml", run_dir / "checkpoints" / "last.ckpt"
     if not config.is_file():
@@ -151,7 +231,7 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictCon
     if not last.is_file():
         raise ValueError(f"resume={run_dir}: no checkpoints/last.ckpt (the run stopped before its first "
                          "checkpoint); start it again instead")
-    cfg = OmegaConf.load(config)
+    cfg = relocate_paths(OmegaConf.load(config), run_dir)
     if overrides:
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     with open_dict(cfg):

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqattn.core.tokens import Tokens
-from seqattn.model.protocols import AdapterBase
+from seqattn.model.protocols import AdapterBase, VocabTable
 from seqattn.modalities.text.chars import CharEncoder
 from seqattn.modalities.text.vocab import PAD_INDEX, UNK_INDEX, Vocabulary, normalize, read_word_vectors
 
@@ -192,6 +192,19 @@ class TextAdapter(AdapterBase):
         if self.table is None:
             return self.proj.weight[:, : len(self.vocab)].t()  # [V, D]
         return self.table.weight * self.scale
+
+    def vocab_tables(self) -> dict[str, VocabTable]:
+        """The tensors indexed by the vocabulary (``init_from`` maps them by word): the word table
+        (``onehot``: the projection's first V columns) and the character CNN's embedding."""
+        words = tuple(self.vocab.words)
+        if self.table is None:
+            tables = {"proj.weight": VocabTable("vocab", words, axis=1, width_option="model.dim")}
+        else:
+            tables = {"table.weight": VocabTable("vocab", words, width_option="adapter.embedding_dim (default "
+                                                 "model.dim; pretrained: the vector file's width)")}
+        if self.chars is not None:
+            tables.update({f"chars.{k}": v for k, v in self.chars.vocab_tables().items()})
+        return tables
 
     #: tensor inputs for ``seqattn.export`` (strings cannot be traced): ids from :meth:`export_inputs_from`
     export_inputs = ("ids", "mask")

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqattn.model.protocols import VocabTable
+
 CHAR_PAD, CHAR_UNK, BOW, EOW = "<pad>", "<unk>", "<w>", "</w>"
 CHAR_SPECIALS = (CHAR_PAD, CHAR_UNK, BOW, EOW)
 
@@ -51,6 +53,11 @@ class CharEncoder(nn.Module):
         self.dim, self.max_chars = dim, max_chars
         self.embedding = nn.Embedding(len(chars), embedding_dim, padding_idx=0)
         self.conv = nn.Conv1d(embedding_dim, dim, kernel_size, padding=kernel_size // 2)
+
+    def vocab_tables(self) -> dict[str, VocabTable]:
+        """Its embedding's rows are the characters (spec ``chars``): ``init_from`` maps them by character."""
+        return {"embedding.weight": VocabTable("chars", tuple(self.chars), label="character embedding",
+                                               unit="characters", width_option="adapter.char_embedding_dim")}
 
     def encode(self, words: Sequence[Sequence[str]], device: torch.device | None = None) -> torch.Tensor:
         """Sentences of words -> ``char_ids [B, L, W]`` long (0 = padding), ``W <= max_chars``."""
