@@ -34,6 +34,7 @@ from seqattn.model.build import locate
 from seqattn.training.callbacks import LastCheckpoint
 from seqattn.training.distill import DistillOptions, apply_distill
 from seqattn.training.finetune import FinetuneOptions, apply_finetune
+from seqattn.training.options import check_trainer_options
 from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
 from seqattn.training.resume import finished_run, keep_previous_metrics, resumable_train_loader, resume_config
 from seqattn.training.sweep import record_failure
@@ -232,6 +233,7 @@ def _finite_metrics(metrics: dict[str, Any], reasons: dict[str, str]) -> dict[st
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, test and write the run's artefacts. Returns ``{"test/...": float, ..., "output_dir": str}``."""
+    check_trainer_options(cfg.trainer)  # a misspelt key or a mistyped value: before any data is read
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     threads = cfg.get("cpu_threads")
     if threads:  # tiny steps: intra-op threads only add synchronisation (each op waits for every thread)
@@ -369,6 +371,7 @@ def _multirun() -> bool:
 
 def run(cfg: DictConfig) -> float | None:
     """One run of ``python -m seqattn.run``: resume handling, training, the summary table."""
+    check_trainer_options(cfg.trainer)
     if cfg.get("resume"):
         done = finished_run(cfg.resume)
         overrides = _command_line_overrides(exclude=("resume",))
