@@ -254,8 +254,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.setup("fit")
     # decided once from the data, applied below as arguments; the config stays as composed
     plan = _resumed_plan(cfg, datamodule) if cfg.get("resume") else plan_run(cfg, datamodule, _overridden)
-    if plan.budget_message:
-        log.info("%s", plan.budget_message)
+    if plan.budget_message:  # a warning when the data is too small for budget.steps (epochs capped)
+        (log.warning if plan.capped else log.info)("%s", plan.budget_message)
     if plan.selection_message:
         log.warning("%s", plan.selection_message)
     model = build_objective(cfg, datamodule, plan)
