@@ -31,10 +31,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from seqattn.configs import CONFIG_DIR  # also seqattn.run.CONFIG_DIR for callers
 from seqattn.model.build import locate
-from seqattn.training.callbacks import LastCheckpoint
+from seqattn.training.callbacks import LastCheckpoint, QuietModelSummary
 from seqattn.training.distill import DistillOptions, apply_distill
 from seqattn.training.finetune import FinetuneOptions, apply_finetune
+from seqattn.training.options import check_trainer_options
 from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
+from seqattn.training.quiet import quiet_known_noise
 from seqattn.training.resume import (RunFolder, finished_run, keep_previous_metrics, resumable_train_loader,
                                     resume_config)
 from seqattn.training.sweep import record_failure
@@ -233,6 +235,8 @@ def _finite_metrics(metrics: dict[str, Any], reasons: dict[str, str]) -> dict[st
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, test and write the run's artefacts. Returns ``{"test/...": float, ..., "output_dir": str}``."""
+    check_trainer_options(cfg.trainer)  # a misspelt key or a mistyped value: before any data is read
+    quiet_known_noise()  # Lightning's and PyTorch's messages a user cannot act on (seqattn.training.quiet)
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     threads = cfg.get("cpu_threads")
     if threads:  # tiny steps: intra-op threads only add synchronisation (each op waits for every thread)
@@ -251,8 +255,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.setup("fit")
     # decided once from the data, applied below as arguments; the config stays as composed
     plan = _resumed_plan(cfg, datamodule) if cfg.get("resume") else plan_run(cfg, datamodule, _overridden)
-    if plan.budget_message:
-        log.info("%s", plan.budget_message)
+    if plan.budget_message:  # a warning when the data is too small for budget.steps (epochs capped)
+        (log.warning if plan.capped else log.info)("%s", plan.budget_message)
     if plan.selection_message:
         log.warning("%s", plan.selection_message)
     model = build_objective(cfg, datamodule, plan)
@@ -268,9 +272,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     callbacks.append(RunFolder(out_dir))  # checkpoints name their folder; resumed in a copy, their paths move into it
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
+    if cfg.trainer.get("enable_model_summary") is not False and not any(
+            isinstance(c, L.pytorch.callbacks.ModelSummary) for c in callbacks):
+        callbacks.append(QuietModelSummary())  # Lightning's own would print "Total FLOPs: 0"
     loggers = _instantiate_all(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
-                                     default_root_dir=str(out_dir), **plan.trainer_arguments())
+                                     default_root_dir=str(out_dir), enable_model_summary=False,
+                                     **plan.trainer_arguments())
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %s encoder, %.2fk parameters", type(model.net.encoder).__name__, n_params / 1e3)
 
@@ -371,6 +379,7 @@ def _multirun() -> bool:
 
 def run(cfg: DictConfig) -> float | None:
     """One run of ``python -m seqattn.run``: resume handling, training, the summary table."""
+    check_trainer_options(cfg.trainer)
     if cfg.get("resume"):
         done = finished_run(cfg.resume)
         overrides = _command_line_overrides(exclude=("resume",))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import OmegaConf, open_dict
 
+from seqattn.configs import task_names
 from seqattn.run import build_callbacks, distill_options, finetune_options, plan_inputs, run, train
 from seqattn.training.callbacks import MonitorGuard
 from seqattn.training.checkpoint import read_checkpoint
@@ -44,7 +46,7 @@ def test_a_step_budget_plans_epochs_and_patience_and_a_given_value_wins():
     accumulated = make_plan(BUDGET, Asked(3, True, 8, "val/acc", accumulate_grad_batches=2), SIZES, train_batches=13)
     assert accumulated.max_epochs == 15 and accumulated.budget.steps_per_epoch == 7  # ceil(13 / 2) steps an epoch
     clamped = make_plan(Budget(100, 1, 4, 0.5, 1), ASKED, SIZES, train_batches=13)
-    assert (clamped.max_epochs, clamped.patience) == (4, 2)
+    assert (clamped.max_epochs, clamped.patience, clamped.capped) == (4, 1, True)  # 8 wanted; patience <= 4 / 4
     given = make_plan(BUDGET, Asked(3, True, 2, "val/acc", 1, epochs_given=True, patience_given=True), SIZES, 13)
     assert (given.max_epochs, given.patience) == (3, 2)
     assert given.budget_message.endswith("-> trainer.max_epochs=3 (given), early-stopping patience 2 (given)")
@@ -89,6 +91,51 @@ def test_the_plan_round_trips_through_run_plan_json_and_takes_a_later_given_valu
     path.write_text('{"version": 1, "max_epochs": 3}')
     with pytest.raises(ValueError, match="run_plan.json: not a run plan"):
         read_plan(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# a training split too small for budget.steps, and the recipes' plans on their built-in data
+
+# every recipe's (max_epochs, patience) on its built-in data: epochs from budget.steps (image, molecule) or
+# trainer.max_epochs, patience None = the recipe's early stopper's own. A new recipe adds its line here.
+DEFAULT_PLANS = {"image": (12, 5), "molecule": (40, 40), "social": (200, None), "speech": (40, None),
+                 "speech_cls": (40, None), "speech_ctc": (20, None), "text_cls": (15, None), "text_tagging": (15, None)}
+# training examples of the built-in data where budget.steps makes the epochs: the shapes' data.shapes.n_train,
+# the 3,993 training molecules of RDKit's NCI set (4,991 readable, random 80/10/10)
+BUILT_IN_TRAIN = {"image": lambda cfg: cfg.data.shapes.n_train, "molecule": lambda cfg: 3993}
+
+
+def _recipe_plan(task: str, tmp_path: Path, n_train: int | None = None) -> RunPlan:
+    """The plan of ``task``'s recipe on ``n_train`` training examples (None: its built-in data's)."""
+    cfg = compose([f"task={task}"], tmp_path / task, tmp_path / "data")
+    budget, asked = plan_inputs(cfg)
+    if n_train is None and budget.steps:
+        n_train = BUILT_IN_TRAIN[task](cfg)
+    batches = None if n_train is None else math.ceil(n_train / cfg.data.batch_size)
+    return make_plan(budget, asked, {"train": n_train or 1, "val": 1, "test": 1}, batches)
+
+
+def test_the_recipes_plans_on_their_built_in_data_are_unchanged(tmp_path):
+    assert sorted(DEFAULT_PLANS) == task_names()
+    plans = {task: _recipe_plan(task, tmp_path) for task in task_names()}
+    assert {task: (plan.max_epochs, plan.patience) for task, plan in plans.items()} == DEFAULT_PLANS
+    assert not any(plan.capped for plan in plans.values())
+    freesolv = _recipe_plan("molecule", tmp_path, n_train=514)  # the recipe's real set: 17 batches, just under the cap
+    assert (freesolv.max_epochs, freesolv.patience, freesolv.capped) == (295, 295, False)
+
+
+def test_a_training_split_too_small_for_the_budget_gets_bounded_epochs_and_patience_and_the_reason(tmp_path):
+    images = _recipe_plan("image", tmp_path, n_train=40)  # 2 batches: 3750 steps would be 1875 epochs
+    assert (images.max_epochs, images.patience, images.capped) == (300, 60, True)  # patience 0.2 of them
+    assert images.budget_message == (
+        "budget.steps=3750: 2 steps per epoch -> trainer.max_epochs=300 (the budget wants 1875 epochs of a training "
+        "split this small: capped at budget.max_epochs=300; trainer.max_epochs=N to choose), early-stopping patience 60")
+    molecules = _recipe_plan("molecule", tmp_path, n_train=36)  # the recipe's patience 1.0: bounded to a quarter
+    assert (molecules.max_epochs, molecules.patience, molecules.capped) == (300, 75, True)
+    assert molecules.budget_message.endswith("early-stopping patience 75 (capped at 0.25 of the epochs)")
+    assert read_plan(write_plan(tmp_path, molecules).parent) == molecules
+    given = make_plan(Budget(5000, 1, 300, 1.0, 5), Asked(7, True, 8, "val/loss", 1, epochs_given=True), SIZES, 2)
+    assert given.max_epochs == 7 and not given.capped and "(given)" in given.budget_message
 
 
 # ---------------------------------------------------------------------------------------------

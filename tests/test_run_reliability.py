@@ -154,6 +154,39 @@ def test_a_user_mistake_is_one_message_and_exit_status_2(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+# what a default run prints: Lightning's and PyTorch's messages a user can do nothing about are gone
+NOISE = [
+    "GPU available: False, used: False",  # Lightning's device lines, with no GPU or TPU to choose
+    "TPU available: False",
+    "Tip:",  # litlogger / litmodels advertising
+    "LeafSpec",  # a deprecation inside Lightning's pytree helper
+    "smaller than the logging interval",  # log_every_n_steps on a one-batch epoch
+    "Total FLOPs",  # always 0: nothing is counted without an example_input_array
+    "FLOPs",
+    "torch.jit.script",  # PyTorch Geometric's import (social)
+    "Loading `train_dataloader` to estimate",
+    "Restoring states from the checkpoint path",  # the next line says it again, with the outcome
+    "epoch 0/0",
+    "Epoch 0/0",
+    "Warning",  # any other warning with its category: a new one must be looked at, not pass unseen
+]
+
+
+def test_a_default_run_prints_what_a_user_needs_and_no_known_noise(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-m", "seqattn.run", "task=social", "trainer.max_epochs=1", "plot=false",
+                           f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    printed = proc.stdout + proc.stderr
+    assert proc.returncode == 0, printed[-3000:]
+    assert [noise for noise in NOISE if noise in printed] == [], printed
+    for kept in ("run plan: max_epochs=1", "attention: graph", "epoch 1/1 train/loss_epoch=", "Epoch 1/1",
+                 "Trainable params", "`Trainer.fit` stopped: `max_epochs=1` reached.",
+                 f"Loaded model weights from the checkpoint at {tmp_path / 'run' / 'checkpoints' / 'best.ckpt'}",
+                 "test/acc"):
+        assert kept in printed, (kept, printed)
+
+
 # ---------------------------------------------------------------------------------------------
 # resume, last.ckpt, the epoch line
 
@@ -193,7 +226,7 @@ def test_the_epoch_line_shows_this_epochs_training_loss(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="seqattn.train"):
         train(cfg)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
-    assert [line.split()[1] for line in lines] == ["0/1", "1/1"]  # numbered as the progress bar numbers them
+    assert [line.split()[1] for line in lines] == ["1/2", "2/2"]  # counted from 1, as the progress bar counts them
     with open(tmp_path / "run" / "csv" / "metrics.csv", newline="") as f:
         logged = [r for r in csv.DictReader(f) if r.get("train/loss_epoch")]
     for line, row in zip(lines, logged):

@@ -11,7 +11,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, RichModelSummary, RichProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seqattn.training.checkpoint import atomic_torch_save
@@ -19,11 +19,17 @@ from seqattn.training.checkpoint import atomic_torch_save
 log = logging.getLogger("seqattn.train")
 
 
+def epoch_label(current_epoch: int, max_epochs: int | None) -> str:
+    """``"4/40"`` for the fourth epoch of 40 (counted from 1; ``"4/?"`` without a limit): how the epoch
+    line and the progress bar number epochs, so a one-epoch run says ``1/1``, not ``0/0``."""
+    return f"{current_epoch + 1}/{max_epochs if max_epochs and max_epochs > 0 else '?'}"
+
+
 class EpochSummary(L.Callback):
     """Logs one line per training epoch, after its validation: this epoch's training loss and
     validation metrics and the elapsed time, so progress stays visible in log files and CI output
-    where no progress bar is drawn. Epochs are numbered as the progress bar numbers them
-    (``epoch 3/39`` = the fourth of 40)."""
+    where no progress bar is drawn. Epochs are counted from 1, as :class:`EpochProgressBar` counts them
+    (``epoch 4/40`` = the fourth of 40)."""
 
     def __init__(self) -> None:
         self._start = None
@@ -39,8 +45,53 @@ class EpochSummary(L.Callback):
                  if (k.startswith("val/") or k == "train/loss_epoch") and v.numel() == 1}
         text = " ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items()))
         elapsed = time.perf_counter() - (self._start or time.perf_counter())
-        last = trainer.max_epochs - 1 if trainer.max_epochs and trainer.max_epochs > 0 else "?"
-        log.info("epoch %d/%s %s (%.0f s)", trainer.current_epoch, last, text, elapsed)
+        log.info("epoch %s %s (%.0f s)", epoch_label(trainer.current_epoch, trainer.max_epochs), text, elapsed)
+
+
+class EpochProgressBar(RichProgressBar):
+    """Lightning's Rich progress bar, its epochs counted from 1 (``Epoch 1/1`` for a one-epoch run, where
+    Lightning's says ``Epoch 0/0``), as :class:`EpochSummary` counts them."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        description = f"Epoch {epoch_label(current_epoch, self.trainer.max_epochs)}"
+        return f"{description:{len(self.validation_description)}}"  # padded as Lightning pads it: no flicker
+
+
+class QuietModelSummary(RichModelSummary):
+    """Lightning's Rich model summary without its FLOPs column and "Total FLOPs: 0" line when nothing was
+    counted (FLOPs are counted only for a module with an ``example_input_array``, which seqattn's have not).
+    ``seqattn.run`` adds it in place of Lightning's default summary (``trainer.enable_model_summary``)."""
+
+    @staticmethod
+    def summarize(summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int,
+                  model_size: float, total_training_modes: dict[str, int], total_flops: int,
+                  **summarize_kwargs: Any) -> None:
+        from lightning.pytorch.utilities.model_summary import get_formatted_model_size, get_human_readable_count
+        from rich import get_console
+        from rich.table import Table
+
+        columns = [(name, values) for name, values in summary_data if name != "FLOPs" or total_flops]
+        table = Table(header_style=summarize_kwargs.get("header_style", "bold magenta"))
+        for name, _ in columns:
+            table.add_column(name, style="dim" if name == " " else None,
+                             justify="left" if name in (" ", "Name", "Type", "Mode") else "right", no_wrap=name == "Name")
+        for row in zip(*(values for _, values in columns)):
+            table.add_row(*row)
+        totals = [("Trainable params", get_human_readable_count(int(trainable_parameters))),
+                  ("Non-trainable params", get_human_readable_count(int(total_parameters - trainable_parameters))),
+                  ("Total params", get_human_readable_count(int(total_parameters))),
+                  ("Total estimated model params size (MB)", get_formatted_model_size(model_size)),
+                  ("Modules in train mode", str(total_training_modes["train"])),
+                  ("Modules in eval mode", str(total_training_modes["eval"]))]
+        if total_flops:
+            totals.append(("Total FLOPs", get_human_readable_count(total_flops)))
+        grid = Table.grid(expand=True)
+        grid.add_column()
+        for name, value in totals:
+            grid.add_row(f"[bold]{name}[/]: {value}")
+        console = get_console()
+        console.print(table)
+        console.print(grid)
 
 
 class MonitorGuard(L.Callback):

@@ -5,7 +5,10 @@ Two decisions depend on the data, not only on the config:
 - **how long to train** (``budget.steps``): the epochs that make about that many optimizer steps over
   the training split, clamped to ``[budget.min_epochs, budget.max_epochs]``, and the early-stopping
   patience, ``budget.patience`` of those epochs but at least ``budget.min_patience``; a
-  ``trainer.max_epochs`` or early-stopping ``patience`` given on the command line wins for that value;
+  ``trainer.max_epochs`` or early-stopping ``patience`` given on the command line wins for that value.
+  A training split too small for the budget (it would take more than ``budget.max_epochs`` epochs: 40
+  images or 36 molecules, two batches an epoch) trains ``budget.max_epochs`` epochs with a patience of
+  at most :data:`CAPPED_PATIENCE` of them, and the log line says so and why;
 - **how the best checkpoint is chosen** when the data has no validation examples (or
   ``objective.monitor=null``): no monitor, no early stopping, the last epoch kept as ``best.ckpt``,
   and, without validation examples, no validation loop (``limit_val_batches=0``, no sanity steps).
@@ -33,6 +36,9 @@ from typing import Any
 
 PLAN_FILE = "run_plan.json"
 _VERSION = 1
+# patience at most this fraction of the epochs when the budget wants more than budget.max_epochs: the steps
+# cannot be met on so small a set anyway, and a run whose validation score stopped moving then ends
+CAPPED_PATIENCE = 0.25
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,18 @@ class Asked:
 
 @dataclass(frozen=True)
 class StepBudget:
-    """How ``budget.steps`` became epochs: ``steps_per_epoch`` optimizer steps per epoch on this data."""
+    """How ``budget.steps`` became epochs: ``steps_per_epoch`` optimizer steps per epoch on this data;
+    ``wanted_epochs``: the epochs the steps asked for when that was more than ``max_epochs``
+    (``budget.max_epochs``, the cap), else None; ``patience_capped``: the patience was lowered to
+    :data:`CAPPED_PATIENCE` of the epochs then."""
 
     steps: int
     steps_per_epoch: int
     epochs_given: bool
     patience_given: bool
+    wanted_epochs: int | None = None
+    max_epochs: int | None = None
+    patience_capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,10 +124,19 @@ class RunPlan:
         if self.budget is None:
             return None
         b = self.budget
+        capped = (f" (the budget wants {b.wanted_epochs} epochs of a training split this small: capped at "
+                  f"budget.max_epochs={b.max_epochs}; trainer.max_epochs=N to choose)"
+                  if b.wanted_epochs is not None and not b.epochs_given else "")
+        bounded = f" (capped at {CAPPED_PATIENCE:g} of the epochs)" if b.patience_capped and not b.patience_given else ""
         return (f"budget.steps={b.steps}: {b.steps_per_epoch} steps per epoch -> trainer.max_epochs={self.max_epochs}"
-                + (" (given)" if b.epochs_given else "")
-                + (f", early-stopping patience {self.patience}" + (" (given)" if b.patience_given else "")
+                + (" (given)" if b.epochs_given else capped)
+                + (f", early-stopping patience {self.patience}" + (" (given)" if b.patience_given else bounded)
                    if self.patience is not None else ""))
+
+    @property
+    def capped(self) -> bool:
+        """Whether the training split was too small for ``budget.steps`` (the plan trains ``budget.max_epochs``)."""
+        return self.budget is not None and self.budget.wanted_epochs is not None and not self.budget.epochs_given
 
     @property
     def selection_message(self) -> str | None:
@@ -184,9 +205,13 @@ def plan_epochs(budget: Budget, asked: Asked, train_batches: int) -> tuple[int |
     if int(budget.steps) <= 0:
         raise ValueError(f"budget.steps={budget.steps} must be a positive number of optimizer steps (or null)")
     per_epoch = max(1, math.ceil(train_batches / asked.accumulate_grad_batches))
-    epochs = max(budget.min_epochs, math.ceil(int(budget.steps) / per_epoch))
-    epochs = min(epochs, budget.max_epochs)
+    wanted = max(budget.min_epochs, math.ceil(int(budget.steps) / per_epoch))
+    epochs = min(wanted, budget.max_epochs)
     patience = max(budget.min_patience, round(budget.patience * epochs))
+    capped = wanted > epochs  # a set too small for the budget: patience at most CAPPED_PATIENCE of the epochs
+    bound = max(budget.min_patience, round(CAPPED_PATIENCE * epochs)) if capped else patience
+    patience_capped = bound < patience
+    patience = min(patience, bound)
     if asked.epochs_given:
         epochs = int(asked.max_epochs)
     if not asked.early_stopping:
@@ -194,7 +219,10 @@ def plan_epochs(budget: Budget, asked: Asked, train_batches: int) -> tuple[int |
     elif asked.patience_given:
         patience = int(asked.patience)
     return epochs, patience, StepBudget(int(budget.steps), per_epoch, asked.epochs_given,
-                                        asked.patience_given and asked.early_stopping)
+                                        asked.patience_given and asked.early_stopping,
+                                        wanted_epochs=wanted if capped else None,
+                                        max_epochs=budget.max_epochs if capped else None,
+                                        patience_capped=patience_capped and asked.early_stopping)
 
 
 def plan_selection(asked: Asked, split_sizes: dict[str, int]) -> NoSelection | None:
