@@ -150,6 +150,7 @@ class SpeechSequenceDataModule(TaskDataModule):
 
     collate = staticmethod(collate_sequences)
     label_kind = "tokens"
+    label_case_matters = True  # "A" and "a" are two characters of a transcript
 
     def __init__(
         self,
