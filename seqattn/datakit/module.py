@@ -31,7 +31,7 @@ from seqattn.datakit.files import resolve_data_dir
 from seqattn.datakit.items import Item
 from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import check_fractions
-from seqattn.labels import SPLITS, case_collisions
+from seqattn.labels import SPLITS, case_collisions, label_name
 
 log = logging.getLogger("seqattn.datakit")
 
@@ -125,9 +125,10 @@ class TaskDataModule(L.LightningDataModule):
     collate: Callable[[list[Any]], dict[str, Any]]
     #: what the labels are called in messages ("labels", "tags", "classes")
     label_kind = "labels"
-    #: True where labels that differ only in case are distinct by nature (transcript characters);
-    #: otherwise :meth:`set_labels` warns about them
-    label_case_matters = False
+    #: True where the labels are tokens of a text (transcript characters or words): kept as written,
+    #: with no numeric naming (:func:`~seqattn.labels.label_name`) and no warning about labels that
+    #: differ only in case (``A`` / ``a`` are two characters)
+    tokens_as_written = False
 
     def __init__(
         self,
@@ -153,7 +154,8 @@ class TaskDataModule(L.LightningDataModule):
             raise ValueError(f"limit must be a positive number of items per split or None, got {limit!r}")
         check_fractions(val_fraction, test_fraction)
         if labels is not None:
-            labels = [str(x) for x in labels]
+            # the naming the readers use (1.0 -> "1"), unless the labels are a text's tokens
+            labels = [str(x) if self.tokens_as_written else label_name(x) for x in labels]
             dup = sorted({x for x in labels if labels.count(x) > 1})
             if dup:
                 raise ValueError(f"labels lists {dup} more than once: {labels}")
@@ -192,10 +194,10 @@ class TaskDataModule(L.LightningDataModule):
         every split must be in it (else ``ValueError`` at the first offending line), and it must
         have at least ``min_classes`` labels (a classifier of one class learns nothing). Labels that
         differ only in case (``Neg`` / ``neg``) in the training split stay separate classes, with a
-        warning naming them, their counts and a line of each (unless ``label_case_matters``).
+        warning naming them, their counts and a line of each (unless ``tokens_as_written``).
         """
         seen = {s: list(v) for s, v in splits.items()}
-        if not self.label_case_matters:
+        if not self.tokens_as_written:
             self._warn_case_collisions(seen, source)
         if self._labels is None:
             train = sorted({lab for lab, _ in seen.get("train", [])})

@@ -25,3 +25,11 @@ def test_case_collisions_groups_labels_that_differ_only_in_case():
     assert case_collisions({"Neg": 1, "neg": 5, "pos": 4}) == [{"Neg": 1, "neg": 5}]
     assert case_collisions({"Up": 1, "down": 2, "up": 3, "UP": 1}) == [{"UP": 1, "Up": 1, "up": 3}]
     assert case_collisions({"a": 1, "b": 2}) == []
+
+
+def test_a_given_label_set_is_named_like_the_data():
+    from seqattn.datakit.module import TaskDataModule
+
+    assert TaskDataModule(labels=[0.0, 1, " 2 "]).label_names == ["0", "1", "2"]
+    with pytest.raises(ValueError, match=r"labels lists \['1'\] more than once"):
+        TaskDataModule(labels=[1, 1.0])
