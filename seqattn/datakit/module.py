@@ -31,7 +31,7 @@ from seqattn.datakit.files import resolve_data_dir
 from seqattn.datakit.items import Item
 from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import check_fractions
-from seqattn.labels import SPLITS
+from seqattn.labels import SPLITS, case_collisions, label_name
 
 log = logging.getLogger("seqattn.datakit")
 
@@ -125,6 +125,10 @@ class TaskDataModule(L.LightningDataModule):
     collate: Callable[[list[Any]], dict[str, Any]]
     #: what the labels are called in messages ("labels", "tags", "classes")
     label_kind = "labels"
+    #: True where the labels are tokens of a text (transcript characters or words): kept as written,
+    #: with no numeric naming (:func:`~seqattn.labels.label_name`) and no warning about labels that
+    #: differ only in case (``A`` / ``a`` are two characters)
+    tokens_as_written = False
 
     def __init__(
         self,
@@ -150,7 +154,8 @@ class TaskDataModule(L.LightningDataModule):
             raise ValueError(f"limit must be a positive number of items per split or None, got {limit!r}")
         check_fractions(val_fraction, test_fraction)
         if labels is not None:
-            labels = [str(x) for x in labels]
+            # the naming the readers use (1.0 -> "1"), unless the labels are a text's tokens
+            labels = [str(x) if self.tokens_as_written else label_name(x) for x in labels]
             dup = sorted({x for x in labels if labels.count(x) > 1})
             if dup:
                 raise ValueError(f"labels lists {dup} more than once: {labels}")
@@ -187,9 +192,13 @@ class TaskDataModule(L.LightningDataModule):
 
         Without ``labels`` given, the set is the training split's labels, sorted. Every label of
         every split must be in it (else ``ValueError`` at the first offending line), and it must
-        have at least ``min_classes`` labels (a classifier of one class learns nothing).
+        have at least ``min_classes`` labels (a classifier of one class learns nothing). Labels that
+        differ only in case (``Neg`` / ``neg``) in the training split stay separate classes, with a
+        warning naming them, their counts and a line of each (unless ``tokens_as_written``).
         """
         seen = {s: list(v) for s, v in splits.items()}
+        if not self.tokens_as_written:
+            self._warn_case_collisions(seen, source)
         if self._labels is None:
             train = sorted({lab for lab, _ in seen.get("train", [])})
             self._labels = train
@@ -209,6 +218,16 @@ class TaskDataModule(L.LightningDataModule):
                              f"({dict(counts)} examples) in the training split; a model needs at least {min_classes} "
                              f"to learn to tell them apart: check the label column and the split")
         return list(self._labels)
+
+    def _warn_case_collisions(self, seen: Mapping[str, list[tuple[str, str]]], source: str) -> None:
+        counts = Counter(lab for lab, _ in seen.get("train", []))
+        first: dict[str, str] = {}
+        for lab, where in seen.get("train", []):
+            first.setdefault(lab, where)
+        for group in case_collisions(counts):
+            shown = ", ".join(f"{lab!r}: {n} (e.g. {first[lab]})" for lab, n in group.items())
+            log.warning("%s: %s that differ only in case are kept as separate classes (training examples: %s); if "
+                        "they mean one class, write them the same way in the data", source, self.label_kind, shown)
 
     def cap(self, splits: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """``limit``: at most that many items per split (logged)."""

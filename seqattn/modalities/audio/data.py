@@ -27,7 +27,7 @@ from seqattn.datakit.splits import split
 from seqattn.labels import IGNORE_INDEX
 from seqattn.modalities.audio.corpus import PHONES, generate_speech_corpus
 from seqattn.modalities.audio.features import frame_labels, load_audio, ms_to_samples, num_frames
-from seqattn.modalities.audio.manifest import read_audio_list, read_manifest, resolve_source
+from seqattn.modalities.audio.manifest import check_complete_wav, read_audio_list, read_manifest, resolve_source
 
 log = logging.getLogger("seqattn.modalities.audio")
 
@@ -145,11 +145,12 @@ def frames_to_segments(labels: Sequence[str], num_samples: int, sample_rate: int
 
 def resampled_length(item: Mapping[str, Any], sample_rate: int) -> tuple[int, float]:
     """``(samples after resampling to sample_rate, duration in seconds)`` of a manifest item's audio
-    file, from its header; an unreadable file is a ``ValueError`` naming the manifest line."""
+    file, from its header; an unreadable or truncated file is a ``ValueError`` naming the manifest line."""
     try:
         info = sf.info(item["path"])
     except Exception as err:  # LibsndfileError / RuntimeError
         raise ValueError(f"{item['where']}: cannot read audio file {item['path']}: {err}") from err
+    check_complete_wav(item["path"], item["where"])  # soundfile counts only the frames that are left
     return int(np.ceil(info.frames * sample_rate / info.samplerate)), info.frames / info.samplerate
 
 

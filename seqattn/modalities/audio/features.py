@@ -21,6 +21,7 @@ from torch import nn
 
 from seqattn.core.masks import lengths_to_mask
 from seqattn.labels import IGNORE_INDEX
+from seqattn.modalities.audio.manifest import check_complete_wav
 
 FEATURES = ("raw", "logmel", "mfcc")
 _LOG_EPS = 1e-6
@@ -45,7 +46,8 @@ def load_audio(path: str | Path, sample_rate: int) -> torch.Tensor:
     """Read an audio file as float32 mono ``[T]`` at ``sample_rate``.
 
     Multichannel audio is averaged over channels; a file at another rate is
-    resampled with ``torchaudio.functional.resample``.
+    resampled with ``torchaudio.functional.resample``. An unreadable, empty or truncated
+    file raises ``ValueError`` naming it.
     """
     path = Path(path)
     try:
@@ -54,6 +56,7 @@ def load_audio(path: str | Path, sample_rate: int) -> torch.Tensor:
         raise ValueError(f"cannot read audio file {path}: {err}") from err
     if data.shape[0] == 0:
         raise ValueError(f"audio file {path} is empty (0 samples)")
+    check_complete_wav(path)  # a cut WAV reads without an error: what is left
     wav = torch.from_numpy(np.ascontiguousarray(data.mean(axis=1)))  # [T]
     if file_rate != sample_rate:
         wav = torchaudio.functional.resample(wav, int(file_rate), int(sample_rate))  # [T']

@@ -18,19 +18,28 @@ Example::
     path,labels,split,speaker
     a.wav,a.txt,train,spk1
 
+Segments of one file must not overlap (a frame has one label): overlapping ones are a ``ValueError``
+naming both (``file:line`` of each). Labels are named by :func:`seqattn.labels.label_name` (``1`` and
+``1.0`` are one class; the count renamed so is logged). A WAV file whose header declares more
+frames than the file holds (a cut copy or download) is an error naming it
+(:func:`check_complete_wav`), like any unreadable audio file.
+
 Every error names ``file:line``. The built-in synthetic corpus
 (:mod:`seqattn.modalities.audio.corpus`) is written in the same format.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import struct
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from seqattn.datakit.files import existing_file, iter_lines, read_jsonl, read_table, table_format
-from seqattn.labels import is_missing, split_name
+from seqattn.labels import LabelNames, is_missing, split_name
 
+log = logging.getLogger("seqattn.modalities.audio")
 
 SOURCES = ("synthetic", "manifest")
 
@@ -53,25 +62,52 @@ def resolve_source(source: str | None, manifest: str | None) -> str:
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif", ".au")
 
 
-def read_label_file(path: str | Path, encoding: str = "utf-8") -> list[tuple[float, float, str]]:
+def read_label_file(path: str | Path, encoding: str = "utf-8", names: LabelNames | None = None
+                    ) -> list[tuple[float, float, str]]:
     """Audacity label file -> ``[(start_s, end_s, label)]``.
 
     One ``start<TAB>end<TAB>label`` per line; blank lines and Audacity's spectral-selection lines
-    (starting with a backslash) are skipped.
+    (starting with a backslash) are skipped; overlapping segments raise ``ValueError`` naming both lines.
+    ``names`` counts the labels it renames (:class:`~seqattn.labels.LabelNames`).
     """
-    out = []
+    out, wheres = [], []
     for lineno, line in iter_lines(path, encoding, "label file"):
         if not line.strip() or line.lstrip().startswith("\\"):
             continue
         parts = line.split("\t") if "\t" in line else line.split(None, 2)
+        where = f"{Path(path).expanduser()}:{lineno}"
         if len(parts) != 3 or not parts[2].strip():
-            raise ValueError(f"{Path(path).expanduser()}:{lineno}: expected 'start<TAB>end<TAB>label', got {line!r}")
-        out.append(segment(parts, f"{Path(path).expanduser()}:{lineno}"))
+            raise ValueError(f"{where}: expected 'start<TAB>end<TAB>label', got {line!r}")
+        out.append(segment(parts, where, names))
+        wheres.append(where)
+    check_no_overlap(out, wheres)
     return out
 
 
-def segment(seg: Any, where: str) -> tuple[float, float, str]:
-    """``[start_s, end_s, label]`` -> checked ``(start, end, label)``; ``ValueError`` naming ``where``."""
+#: segments may overlap by this much (seconds: rounding of written times) before it is an error
+OVERLAP_TOLERANCE_S = 1e-6
+
+
+def check_no_overlap(segments: Sequence[tuple[float, float, str]], wheres: Sequence[str]) -> None:
+    """Segments ``[(start_s, end_s, label)]`` of one audio file, read at ``wheres`` (``file:line`` each):
+    ``ValueError`` naming both places when two overlap (a frame would have two labels)."""
+    order = sorted(range(len(segments)), key=lambda i: (segments[i][0], segments[i][1]))
+    last = None  # the segment reaching furthest so far
+    for i in order:
+        if last is not None and segments[i][0] < segments[last][1] - OVERLAP_TOLERANCE_S:
+            a, b = segments[last], segments[i]
+            at = wheres[last] if wheres[last] == wheres[i] else f"{wheres[last]} and {wheres[i]}"
+            raise ValueError(f"{at}: segments {list(a)} and {list(b)} overlap ({b[0]:g} s < {a[1]:g} s): each frame "
+                             "takes one label, so segments of one file must not overlap (end one where the next "
+                             "starts)")
+        if last is None or segments[i][1] > segments[last][1]:
+            last = i
+
+
+def segment(seg: Any, where: str, names: LabelNames | None = None) -> tuple[float, float, str]:
+    """``[start_s, end_s, label]`` -> checked ``(start, end, label)`` (the label named by ``names``, a
+    :class:`~seqattn.labels.LabelNames`, or :func:`~seqattn.labels.label_name`); ``ValueError`` naming
+    ``where``."""
     if not isinstance(seg, (list, tuple)) or len(seg) != 3:
         raise ValueError(f"{where}: a segment must be [start_s, end_s, label], got {seg!r}")
     try:
@@ -82,10 +118,50 @@ def segment(seg: Any, where: str) -> tuple[float, float, str]:
         raise ValueError(f"{where}: segment times must be finite seconds, got {seg!r}")
     if seg[2] is None or is_missing(seg[2]):
         raise ValueError(f"{where}: segment {seg!r} has no label")
-    label = str(seg[2]).strip()
+    label = (names or LabelNames())(seg[2])
     if start < 0 or end <= start:
         raise ValueError(f"{where}: segment {seg!r} needs 0 <= start < end (seconds)")
     return start, end, label
+
+
+def wav_frames(path: str | Path) -> tuple[int, int] | None:
+    """``(frames the header declares, whole frames the file holds)`` of a RIFF/WAVE file, from its
+    ``fmt `` and ``data`` chunk headers; None for another format or a ``data`` size a streaming writer
+    left open (0 or 0xFFFFFFFF)."""
+    with open(path, "rb") as fh:
+        head = fh.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        block = None
+        while True:
+            chunk = fh.read(8)
+            if len(chunk) < 8:
+                return None
+            kind, size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+            if kind == b"data":
+                if not block or size in (0, 0xFFFFFFFF):
+                    return None
+                held = max(Path(path).stat().st_size - fh.tell(), 0)
+                return size // block, held // block
+            if kind == b"fmt ":
+                fmt = fh.read(size + (size & 1))
+                if len(fmt) < 14:
+                    return None
+                block = struct.unpack("<H", fmt[12:14])[0]  # bytes per frame, all channels
+            else:
+                fh.seek(size + (size & 1), 1)
+
+
+def check_complete_wav(path: str | Path, where: str | None = None) -> None:
+    """``ValueError`` (naming ``where``, the manifest line, when given) for a WAV file whose header
+    declares more frames than the file holds: soundfile would read the part that is left without a word."""
+    frames = wav_frames(path)
+    if frames is None or frames[1] >= frames[0]:
+        return
+    declared, held = frames
+    prefix = f"{where}: " if where else ""
+    raise ValueError(f"{prefix}audio file {path} is truncated: its header declares {declared} frames, the file holds "
+                     f"{held} ({held / declared:.0%}); copy or download it again, or remove it")
 
 
 def _ident(audio: Path, base: Path) -> str:
@@ -95,7 +171,7 @@ def _ident(audio: Path, base: Path) -> str:
         return str(audio.with_suffix(""))
 
 
-def _item(raw: Mapping[str, Any], base: Path, where: str, encoding: str) -> dict[str, Any]:
+def _item(raw: Mapping[str, Any], base: Path, where: str, encoding: str, names: LabelNames) -> dict[str, Any]:
     path = raw.get("path")
     if path is None or is_missing(path):
         raise ValueError(f"{where}: missing key 'path' (the audio file)")
@@ -106,12 +182,13 @@ def _item(raw: Mapping[str, Any], base: Path, where: str, encoding: str) -> dict
     if raw.get("segments") is not None and not (isinstance(raw["segments"], str) and is_missing(raw["segments"])):
         if not isinstance(raw["segments"], list):
             raise ValueError(f"{where}: 'segments' must be a list of [start_s, end_s, label]")
-        segments = [segment(s, where) for s in raw["segments"]]
+        segments = [segment(s, where, names) for s in raw["segments"]]
+        check_no_overlap(segments, [where] * len(segments))
     elif raw.get("labels") is not None and not is_missing(raw.get("labels")):
         label_path = (base / str(raw["labels"]).strip()).expanduser()
         if not label_path.is_file():
             raise ValueError(f"{where}: label file {label_path} does not exist")
-        segments = read_label_file(label_path, encoding)
+        segments = read_label_file(label_path, encoding, names)
     speaker = raw.get("speaker")
     return {"path": str(audio), "segments": segments, "split": split_name(raw.get("split"), where),
             "speaker": None if speaker is None or is_missing(speaker) else str(speaker).strip(),
@@ -138,10 +215,10 @@ def read_manifest(path: str | Path, encoding: str = "utf-8", require_segments: b
         rows = [(table.where(line), row) for line, row in table.rows]
     else:
         rows = [(where, raw) for _, where, raw in read_jsonl(path, encoding, "manifest")]
-    items = []
+    items, names = [], LabelNames()
     for where, raw in rows:
         try:
-            items.append(_item(raw, base, where, encoding))
+            items.append(_item(raw, base, where, encoding, names))
         except ValueError as err:
             if skipped is None or "does not exist" not in str(err):
                 raise
@@ -153,6 +230,7 @@ def read_manifest(path: str | Path, encoding: str = "utf-8", require_segments: b
                                  "'labels' (a label file)")
     if not items and not skipped:
         raise ValueError(f"manifest {path} lists no audio files")
+    names.log(log, path)
     return items
 
 
@@ -164,7 +242,7 @@ def read_clip_manifest(path: str | Path, label_column: str = "label", encoding: 
     clip's ``label_column`` value as text. A manifest without that column, or a line without a
     value in it, is a ``ValueError`` naming ``file:line``.
     """
-    items = read_manifest(path, encoding, require_segments=False)
+    items, names = read_manifest(path, encoding, require_segments=False), LabelNames()
     for it in items:
         raw = it["raw"]
         if label_column not in raw:
@@ -175,7 +253,8 @@ def read_clip_manifest(path: str | Path, label_column: str = "label", encoding: 
             raise ValueError(f"{it['where']}: empty {label_column!r}: every clip needs a label")
         if isinstance(value, (list, dict)):
             raise ValueError(f"{it['where']}: {label_column!r} must be one label (text or number), got {value!r}")
-        it["label"] = str(value).strip()
+        it["label"] = names(value)
+    names.log(log, path)
     return items
 
 

@@ -150,6 +150,7 @@ class SpeechSequenceDataModule(TaskDataModule):
 
     collate = staticmethod(collate_sequences)
     label_kind = "tokens"
+    tokens_as_written = True  # "A" and "a" are two characters of a transcript, "1.0" a word
 
     def __init__(
         self,

@@ -119,6 +119,9 @@ class MoleculeDataModule(TaskDataModule):
             ties them to ``adapter.positional`` / ``adapter.pe_dim`` (one owner: the adapter).
         limit: use only the first ``limit`` molecules of the file (quick runs).
         cache: keep the featurised graphs under ``data_dir/molecules/``.
+
+    Missing target values (an empty cell, ``nan``) are masked out of that target's loss and metrics;
+    ``setup()`` logs their count per target and split (:meth:`missing_targets`).
     """
 
     collate = staticmethod(collate_molecules)
@@ -305,8 +308,29 @@ class MoleculeDataModule(TaskDataModule):
                 mean.append(0.0)
                 std.append(1.0)
         self.target_mean, self.target_std = mean, std
+        self._log_missing_targets()
         log.info("molecules (%s, %s split): %s; invalid SMILES skipped: %d; targets %s", self.source, self.split,
                  {k: len(v) for k, v in self.datasets.items()}, len(self.invalid), self.target_columns)
+
+    def missing_targets(self) -> dict[str, dict[str, int]]:
+        """Per target, per split: molecules without that label (after ``setup()``); only nonzero counts."""
+        out: dict[str, dict[str, int]] = {}
+        for name, data in self.datasets.items():
+            if not len(data):
+                continue
+            y = torch.stack([g["targets"] for g in data.graphs])  # [n, T]
+            for column, n in zip(self.target_columns, torch.isnan(y).sum(dim=0).tolist()):
+                if n:
+                    out.setdefault(column, {})[name] = int(n)
+        return out
+
+    def _log_missing_targets(self) -> None:
+        missing = self.missing_targets()
+        if missing:
+            sizes = {name: len(data) for name, data in self.datasets.items()}
+            shown = "; ".join(f"{column!r}: " + ", ".join(f"{n} of {sizes[s]} {s}" for s, n in per.items())
+                              for column, per in missing.items())
+            log.warning("molecules without a label, masked out of that target's loss and metrics: %s", shown)
 
     # -- predict protocol -----------------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:

@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 
 from seqattn.datakit.files import read_table
-from seqattn.labels import is_missing, split_name
+from seqattn.labels import LabelNames, is_missing, split_name
 
 log = logging.getLogger("seqattn.modalities.graph")
 
@@ -84,7 +84,7 @@ def read_node_csv(
             raise ValueError(f"{table.path}:1: feature columns {missing} are not in the header {header}")
     has_label = label_column is not None and label_column in header
     has_split = split_column is not None and split_column in header
-    ids, rows, labels, splits, where = [], [], [], [], []
+    ids, rows, labels, splits, where, names = [], [], [], [], [], LabelNames()
     seen: dict[str, str] = {}
     for line, row in table.rows:
         at = table.where(line)
@@ -96,12 +96,13 @@ def read_node_csv(
         seen[node] = at
         rows.append([_float(row[c], at, c) for c in features])
         label = row[label_column] if has_label else ""
-        labels.append(None if is_missing(label) else label)
+        labels.append(None if is_missing(label) else names(label))
         splits.append(split_name(row[split_column], at) if has_split else None)
         ids.append(node)
         where.append(at)
     if not ids:
         raise ValueError(f"{table.path}: no nodes (the file has a header and no rows)")
+    names.log(log, table.path)
     x = torch.tensor(rows, dtype=torch.float32).reshape(len(ids), len(features))  # [N, F]
     return NodeTable(ids, x, features, labels, splits, where)
 

@@ -198,6 +198,16 @@ def _public_arrays(dataset) -> tuple[torch.Tensor, torch.Tensor]:
 # DataModule
 
 
+def _files_source(path: Path) -> str:
+    """``folder`` | ``csv`` for a ``path`` given without a source: a folder, a file, or (not there yet:
+    reported when read, naming what was looked for) by its suffix."""
+    if path.is_dir():
+        return "folder"
+    if path.is_file() or path.suffix.lower() in (".csv", ".tsv", ".txt"):
+        return "csv"
+    return "folder"
+
+
 class ImageDataModule(TaskDataModule):
     """Image classification data (see the module docstring for sources, formats and batches).
 
@@ -242,7 +252,7 @@ class ImageDataModule(TaskDataModule):
         augment: Mapping[str, Any] | None = None,
     ) -> None:
         if source is None:
-            source = "shapes" if not path else ("folder" if Path(path).expanduser().is_dir() else "csv")
+            source = "shapes" if not path else _files_source(Path(path).expanduser())
         if source not in SOURCES:
             raise ValueError(f"source={source!r} is not one of {SOURCES}")
         if source in ("folder", "csv") and not path:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from seqattn.datakit.files import read_table
-from seqattn.labels import is_missing, split_name
+from seqattn.labels import SPLIT_ALIASES, LabelNames, is_missing, split_name
 
 log = logging.getLogger("seqattn.modalities.image")
 
@@ -94,36 +94,69 @@ def list_image_files(source: str | Path) -> list[Path]:
     return files
 
 
-def read_image_folder(root: str | Path) -> list[dict[str, Any]]:
+def read_image_folder(root: str | Path, option: str = "data.path") -> list[dict[str, Any]]:
     """``root/<class>/<image>`` -> items ``{path, label, id, split: None, speaker: None, where}``.
 
-    Every non-hidden file inside a class folder (any depth) is an item, whatever its suffix, so a
-    broken or misnamed file is reported when it is read, never skipped here. Hidden files
-    (``.DS_Store``) and files directly in ``root`` are ignored and counted in a warning.
+    Every non-hidden file inside a class folder is an item, whatever its suffix, so a broken or
+    misnamed file is reported when it is read, never skipped here. Hidden files (``.DS_Store``) and
+    files directly in ``root`` are ignored and counted in a warning. Files in nested sub-folders
+    (``cat/persian/1.png``) take their top folder's class, as torchvision's ``ImageFolder`` does, and
+    are counted in a warning; when the top folders are all split names (``train/``, ``test/``: a
+    ``root`` one level too high) it is an error. Class folders without files make no class and are
+    named in a warning. Class names go through :func:`~seqattn.labels.label_name`. ``option`` names
+    the setting that gave ``root`` (for messages).
     """
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise ValueError(f"image folder {root} does not exist or is not a folder")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise ValueError(f"image folder {root} ({option}) {what}; expected a folder {root}/<class>/<image files> "
+                         "or a CSV file of path,label")
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise ValueError(f"image folder {root} has no class sub-folders (expected {root}/<class>/<image files>)")
-    items, ignored = [], []
+    items, ignored, nested, empty, names = [], [], [], [], LabelNames()
     for name in classes:
+        before = len(items)
         for path in sorted((root / name).rglob("*")):
             if not path.is_file():
                 continue
-            if any(part.startswith(".") for part in path.relative_to(root).parts):
+            parts = path.relative_to(root).parts
+            if any(part.startswith(".") for part in parts):
                 ignored.append(path)
                 continue
+            if len(parts) > 2:
+                nested.append(path)
             ident = str(path.relative_to(root))
-            items.append({"path": str(path), "label": name, "id": ident, "split": None, "where": str(path)})
+            items.append({"path": str(path), "label": names(name), "id": ident, "split": None, "where": str(path)})
+        if len(items) == before:
+            empty.append(name)
     ignored += [p for p in root.iterdir() if p.is_file()]
     if ignored:
         log.warning("ignored %d file(s) in %s that are hidden or not inside a class folder: %s", len(ignored), root,
                     [str(p) for p in ignored[:_SHOWN]])
     if not items:
         raise ValueError(f"image folder {root} has class folders {classes} but no files in them")
+    _check_nested(root, [c for c in classes if c not in empty], nested, option)
+    if empty:
+        log.warning("%s: %d class folder(s) hold no files and make no class: %s", root, len(empty), empty)
+    names.log(log, root)
     return items
+
+
+def _check_nested(root: Path, classes: Sequence[str], nested: Sequence[Path], option: str) -> None:
+    """Nested files take their top folder's class (counted in a warning), unless the top folders are
+    split names: then ``root`` is one level too high and the classes would be the splits."""
+    if not nested:
+        return
+    if classes and all(c.lower() in SPLIT_ALIASES for c in classes):
+        raise ValueError(f"image folder {root} ({option}): its class folders {list(classes)} are split names and "
+                         f"hold sub-folders (e.g. {nested[0].relative_to(root)}), so the classes would be the splits; "
+                         f"give {option}={root / classes[0]} (the folder of class folders), or a CSV of "
+                         "path,label,split")
+    examples = [str(p.relative_to(root)) for p in nested[:5]]
+    log.warning("%s: %d image file(s) lie in nested sub-folders and take their top folder's class (e.g. %s -> %r)%s",
+                root, len(nested), examples[0], nested[0].relative_to(root).parts[0],
+                f"; more: {examples[1:]}" if len(examples) > 1 else "")
 
 
 def read_image_csv(path: str | Path, path_column: str = "path", label_column: str = "label",
@@ -135,7 +168,7 @@ def read_image_csv(path: str | Path, path_column: str = "path", label_column: st
     """
     table = read_table(path, "csv", encoding, [path_column, label_column], "image CSV",
                        hint="set data.csv_columns={path: ..., label: ...}")
-    items, first = [], {}
+    items, first, names = [], {}, LabelNames()
     for line, row in table.rows:
         where = table.where(line)
         if is_missing(row.get(path_column)) or is_missing(row.get(label_column)):
@@ -146,10 +179,11 @@ def read_image_csv(path: str | Path, path_column: str = "path", label_column: st
             raise ValueError(f"{where}: image {row[path_column]!r} is listed again (first at {first[key]}); each image "
                              "once, with one label")
         first[key] = where
-        items.append({"path": str(image), "label": row[label_column], "id": row[path_column],
+        items.append({"path": str(image), "label": names(row[label_column]), "id": row[path_column],
                       "split": split_name(row.get(split_column), where), "where": where})
     if not items:
         raise ValueError(f"image CSV {table.path} has no rows")
+    names.log(log, table.path)
     return items
 
 

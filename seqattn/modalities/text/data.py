@@ -183,7 +183,7 @@ class _TextDataModule(TaskDataModule):
             return
         splits = self.cap(self.read_splits())
         if not splits["train"]:
-            raise ValueError(f"no training sentences ({self.source} data)")
+            raise ValueError(f"no training sentences in {self._train_source()}")
         self.set_labels({name: [(t, it["where"]) for it in items for t in self.targets_of(it) if t != UNLABELED]
                          for name, items in splits.items()}, source=f"{self.source} data {self.paths['train'] or ''}")
         self.vocab = Vocabulary.build((it["tokens"] for it in splits["train"]), self.min_freq, self.max_size,
@@ -201,6 +201,16 @@ class _TextDataModule(TaskDataModule):
         log.info("%s data: %s sentences, %d labels, vocabulary %d words (test: %.1f%% of words unknown)",
                  self.source, {n: len(d) for n, d in self.datasets.items()}, len(self._labels), len(self.vocab),
                  100 * unk)
+
+    def _train_source(self) -> str:
+        """Where the training sentences come from, for messages: the file and the option naming it."""
+        if self.source == "files":
+            parted = "" if self.paths["val"] and self.paths["test"] else " (val / test split off it)"
+            return f"data.train_path={self.paths['train']}{parted}: no sentence there has words"
+        if self.source == "ud":
+            treebank = getattr(self, "ud", {}).get("treebank")
+            return f"the train file of the UD treebank {treebank!r} under {self.data_dir / 'ud'}"
+        return f"the built-in {self.source} corpus (data.synth: {self.synth or 'defaults'})"
 
     def prepare_items(self, splits: dict[str, list[dict[str, Any]]]) -> None:
         """Hook: statistics from the train split before items are made (e.g. ambiguous words)."""
@@ -284,7 +294,7 @@ class TaggingDataModule(_TextDataModule):
         self.word_tags = {w: c.most_common(1)[0][0] for w, c in counts.items()}
         unlabeled = sum(t == UNLABELED for items in splits.values() for it in items for t in it["tags"])
         if unlabeled:
-            log.warning("%d words have no tag ('_'): ignored by the loss and the metrics", unlabeled)
+            log.warning("%d words have no tag ('_', empty or null): ignored by the loss and the metrics", unlabeled)
 
     def subset_names(self) -> tuple[str, ...]:
         return ("ambiguous", "far") if self.source == "synthetic" else ("ambiguous",)

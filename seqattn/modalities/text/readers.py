@@ -5,14 +5,17 @@ Formats (errors name ``file:line``; empty sentences are skipped, counted and log
 - CoNLL-U (``.conllu``): ``#`` comment lines, one word per line with 10 tab-separated
   fields, a blank line between sentences; multi-word token ranges (``1-2``) and empty
   nodes (``1.1``) are skipped (the syntactic words carry the tags); tags from UPOS
-  (column 4, default) or XPOS (column 5); a ``_`` tag is unlabeled (ignored by the loss).
+  (column 4, default) or XPOS (column 5); a ``_`` or empty tag is unlabeled (ignored by the loss;
+  empty fields are counted in a log line).
 - token JSONL (``.jsonl``): ``{"tokens": [...], "tags": [...]}`` per line (``id`` optional); a
   ``null`` tag is unlabeled.
 - sentence labels: CSV / TSV / JSONL with a text column and a label column (names configurable).
   CSV quoting is strict (:func:`seqattn.datakit.files.read_table`); TSV has no quoting.
 - plain text: one sentence per line (prediction).
 
-Every reader takes an ``encoding`` (UTF-8 with or without a byte-order mark by default).
+Labels and tags are named by :func:`seqattn.labels.label_name` (``1`` and ``1.0`` are one class; the
+count of cells renamed so is logged). Every reader takes an ``encoding`` (UTF-8 with or without a
+byte-order mark by default).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, Mapping
 
 from seqattn.datakit.download import download
 from seqattn.datakit.files import existing_file, iter_lines, read_jsonl, read_records, table_format
-from seqattn.labels import is_missing
+from seqattn.labels import LabelNames, is_missing
 
 log = logging.getLogger("seqattn.modalities.text")
 
@@ -38,6 +41,8 @@ def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8")
     Comment lines (``#``) are read for ``# sent_id``; multi-word token ranges (``3-4``) and
     empty nodes (``5.1``) are skipped. A token line without 10 tab-separated fields or with
     a bad ID raises ValueError with ``file:line``. Sentences without words are skipped and counted.
+    A tag field that is ``_`` or empty is unlabeled (:data:`UNLABELED`); empty ones are counted in a
+    log line.
     """
     if column not in ("upos", "xpos"):
         raise ValueError(f"column={column!r} is not one of ('upos', 'xpos')")
@@ -47,6 +52,7 @@ def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8")
     tokens: list[str] = []
     tags: list[str] = []
     sent_id, start, empty = None, None, 0
+    names, blank_tags = LabelNames(), []  # blank_tags: lines of words with an empty tag field
 
     def flush() -> None:
         nonlocal tokens, tags, sent_id, start, empty
@@ -85,11 +91,19 @@ def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8")
         if not fields[1]:
             raise ValueError(f"{path}:{lineno}: empty word form")
         tokens.append(fields[1])
-        tags.append(fields[field])
+        tag = fields[field].strip()
+        if not tag:
+            blank_tags.append(lineno)
+        tags.append(names(tag) if tag else UNLABELED)
     flush()
     if empty:
         log.warning("%s: skipped %d sentence(s) without words", path, empty)
+    if blank_tags:
+        log.warning("%s: %d word(s) have an empty %s field (first at line %d): unlabeled, like '_' (ignored by the "
+                    "loss and the metrics)", path, len(blank_tags), column.upper(), blank_tags[0])
+    names.log(log, path)
     return out
+
 
 
 def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str = "tags",
@@ -98,7 +112,7 @@ def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str
     (equal lengths); ``id`` optional; a ``null`` tag is unlabeled (``_``). Empty sentences are skipped
     and counted."""
     path = existing_file(path, "token JSONL file")
-    out, empty = [], 0
+    out, empty, names = [], 0, LabelNames()
     for lineno, where, raw in read_jsonl(path, encoding, "token JSONL file"):
         if not isinstance(raw.get(tokens_key), list):
             raise ValueError(f"{where}: expected an object with a list {tokens_key!r}")
@@ -116,10 +130,11 @@ def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str
             empty += 1
             continue
         out.append({"tokens": words,
-                    "tags": [UNLABELED if is_missing(t) else str(t) for t in tags] if tags is not None else None,
+                    "tags": [UNLABELED if is_missing(t) else names(t) for t in tags] if tags is not None else None,
                     "id": str(raw.get("id", f"{path.name}:{lineno}")), "where": where})
     if empty:
         log.warning("%s: skipped %d empty sentence(s)", path, empty)
+    names.log(log, path)
     return out
 
 
@@ -138,7 +153,7 @@ def read_text_labels(path: str | Path, text_column: str = "text", label_column: 
     required = [text_column] + ([label_column] if label_column is not None and fmt != "jsonl" else [])
     records = read_records(path, fmt, encoding, required, "text file",
                            hint="set data.text_column / data.label_column")
-    out, empty = [], 0
+    out, empty, names = [], 0, LabelNames()
     for where, row in records:
         text = row.get(text_column)
         if text is not None and not isinstance(text, str):
@@ -149,7 +164,7 @@ def read_text_labels(path: str | Path, text_column: str = "text", label_column: 
             if value is None or is_missing(value) or isinstance(value, (list, dict)):
                 raise ValueError(f"{where}: no value in label column {label_column!r} (got {value!r}); every training "
                                  "row needs one (set data.label_column if it is another column)")
-            label = str(value).strip()
+            label = names(value)
         if text is None or not text.strip():
             empty += 1
             continue
@@ -157,6 +172,7 @@ def read_text_labels(path: str | Path, text_column: str = "text", label_column: 
         out.append({"text": text, "label": label, "id": ident, "where": where})
     if empty:
         log.warning("%s: skipped %d row(s) with empty text", path, empty)
+    names.log(log, path)
     return out
 
 
