@@ -5,7 +5,7 @@
 config as composed, resolved), ``run_plan.json`` (what the run decided from its data:
 epochs, early stopping, how the best checkpoint is chosen; :mod:`seqattn.training.plan`),
 ``checkpoints/{best,last}.ckpt``, ``metrics.json`` (test metrics), ``csv/metrics.csv``
-(per-epoch curves) and the task's figures.
+(per-epoch curves; a resumed run continues them) and the task's figures.
 
 This module is the only reader of the config: what ``seqattn.training`` needs reaches it as
 typed arguments (:class:`~seqattn.training.plan.RunPlan`, ``FinetuneOptions``, ``DistillOptions``).
@@ -35,8 +35,8 @@ from seqattn.training.callbacks import LastCheckpoint
 from seqattn.training.distill import DistillOptions, apply_distill
 from seqattn.training.finetune import FinetuneOptions, apply_finetune
 from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
-from seqattn.training.resume import (RunFolder, finished_run, keep_previous_metrics, resumable_train_loader,
-                                    resume_config)
+from seqattn.training.resume import (RunFolder, continue_curves, finished_run, keep_previous_metrics,
+                                    resumable_train_loader, resume_config)
 from seqattn.training.sweep import record_failure
 
 log = logging.getLogger("seqattn.run")
@@ -269,6 +269,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
     loggers = _instantiate_all(cfg.get("logger"))
+    if is_rank_zero and cfg.get("resume"):  # csv/metrics.csv keeps the rows before the checkpoint, appends the rest
+        continue_curves(loggers, cfg.ckpt_path)
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
                                      default_root_dir=str(out_dir), **plan.trainer_arguments())
     n_params = sum(p.numel() for p in model.parameters())
