@@ -5,7 +5,7 @@
 config as composed, resolved), ``run_plan.json`` (what the run decided from its data:
 epochs, early stopping, how the best checkpoint is chosen; :mod:`seqattn.training.plan`),
 ``checkpoints/{best,last}.ckpt``, ``metrics.json`` (test metrics), ``csv/metrics.csv``
-(per-epoch curves) and the task's figures.
+(per-epoch curves; a resumed run continues them) and the task's figures.
 
 This module is the only reader of the config: what ``seqattn.training`` needs reaches it as
 typed arguments (:class:`~seqattn.training.plan.RunPlan`, ``FinetuneOptions``, ``DistillOptions``).
@@ -37,8 +37,8 @@ from seqattn.training.finetune import FinetuneOptions, apply_finetune
 from seqattn.training.options import check_trainer_options
 from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
 from seqattn.training.quiet import quiet_known_noise
-from seqattn.training.resume import (RunFolder, finished_run, keep_previous_metrics, resumable_train_loader,
-                                    resume_config)
+from seqattn.training.resume import (RunFolder, continue_curves, finished_run, keep_previous_metrics,
+                                    resumable_train_loader, resume_config)
 from seqattn.training.sweep import record_failure
 
 log = logging.getLogger("seqattn.run")
@@ -276,6 +276,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             isinstance(c, L.pytorch.callbacks.ModelSummary) for c in callbacks):
         callbacks.append(QuietModelSummary())  # Lightning's own would print "Total FLOPs: 0"
     loggers = _instantiate_all(cfg.get("logger"))
+    if is_rank_zero and cfg.get("resume"):  # csv/metrics.csv keeps the rows before the checkpoint, appends the rest
+        continue_curves(loggers, cfg.ckpt_path)
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
                                      default_root_dir=str(out_dir), enable_model_summary=False,
                                      **plan.trainer_arguments())

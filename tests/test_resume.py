@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 import seqattn
 from seqattn.training.callbacks import AtomicCheckpointIO, ExactResume
-from seqattn.training.resume import ResumableDataLoader, RunFolder, make_resumable, resume_config
+from seqattn.training.resume import ResumableDataLoader, RunFolder, continue_curves, make_resumable, resume_config
 from tests.workflows import EXACT_RESUME_TASKS, QUIET, TASKS, compose, workflow_data_dir  # noqa: F401
 
 REPO = Path(seqattn.__file__).resolve().parents[1]
@@ -129,6 +129,44 @@ def _strings(value) -> list[str]:
     return []
 
 
+def test_a_resumed_csv_logger_keeps_the_rows_before_the_checkpoint_and_appends(tmp_path):
+    """A run killed after its checkpoint at step 5: rows of steps 0..4 stay as written; the row of step 5 (logged
+    after the checkpoint, logged again by the resumed run) and a line the kill cut are dropped; new rows follow."""
+    import warnings
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    folder = tmp_path / "csv"
+    folder.mkdir()
+    rows = [f"0,{step},0.{step}1\r\n" for step in range(6)]
+    cut = "0,1"  # of "0,12,0.121": would read as a row of step 1
+    (folder / "metrics.csv").write_bytes(("epoch,step,train/loss_step\r\n" + "".join(rows) + cut).encode())
+    torch.save({"global_step": 5}, tmp_path / "last.ckpt")
+    logger = CSVLogger(tmp_path, name="csv", version="")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        continue_curves([logger], tmp_path / "last.ckpt")
+        logger.log_metrics({"train/loss_step": 0.5, "epoch": 0}, step=5)
+        logger.log_metrics({"val/loss": 1.5, "epoch": 0}, step=5)  # a new column: the file is rewritten under it
+        logger.save()
+    assert not [w for w in caught if "Experiment logs directory" in str(w.message)]
+    assert _curve_rows(tmp_path) == [{"epoch": "0", "step": str(step), "train/loss_step": f"0.{step}1"} for step in
+                                     range(5)] + [{"epoch": "0", "step": "5", "train/loss_step": "0.5"},
+                                                  {"epoch": "0", "step": "5", "val/loss": "1.5"}]
+
+    (folder / "metrics.csv").write_text("epoch,step,train/loss_step\n0,0,0.1\n0,x,0.2\n")
+    with pytest.raises(ValueError, match=r"metrics.csv:3: step 'x'"):
+        continue_curves([CSVLogger(tmp_path, name="csv", version="")], tmp_path / "last.ckpt")
+
+
+def _curve_rows(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of a run's ``csv/metrics.csv``, each with its filled cells only."""
+    import csv
+
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if v} for row in csv.DictReader(f)]
+
+
 def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workflow_data_dir):
     """`cp -r a b; seqattn.run resume=b trainer.max_epochs=2`: a's files stay byte-identical and untouched;
     b's checkpoints, metrics.json, run plan, config.yaml and curves are b's own, at epoch 2."""
@@ -143,6 +181,7 @@ def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workfl
                   workflow_data_dir))
     shutil.copytree(original, copy)
     before = _files(original)
+    curves = _curve_rows(copy)
     assert torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
 
     # what `python -m seqattn.run resume=b trainer.max_epochs=2` runs (the overrides as Hydra gives them)
@@ -157,7 +196,12 @@ def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workfl
     assert last["epoch"] == 2 and last["seqattn_run_dir"] == str(copy)
     assert str(original) not in (copy / "config.yaml").read_text()
     assert not [s for s in _strings(last["callbacks"]) if str(original) in s]
-    assert "1" in [row.split(",")[0] for row in (copy / "csv" / "metrics.csv").read_text().splitlines()]  # epoch 2
+    # the curves continue: epoch 0's rows as they were, epoch 1's after them, no (epoch, step, metric) twice;
+    # the finished run's test row (logged at the checkpoint's step) is dropped, its values are in metrics.previous.json
+    resumed = _curve_rows(copy)
+    assert resumed[:2] == [row for row in curves if row["epoch"] == "0"] and len(curves) == 3
+    assert [row["epoch"] for row in resumed] == ["0", "0", "1", "1", "2"] and "test/acc" in resumed[-1]
+    _curve_cells(copy)  # no (epoch, step, metric) twice
 
     # the callback states saved in the original's checkpoint: moved into the copy before a callback reads them,
     # so the best checkpoint's score is restored (same folder) and its path is the copy's; a checkpoint written
@@ -192,6 +236,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_and_metrics(task, tm
     metrics equal those of an uninterrupted run with the same seed (CPU, deterministic)."""
     args = TASKS[task].overrides + QUIET + [
         "trainer.max_epochs=3", "callbacks.last_checkpoint.every_n_steps=3", f"paths.data_dir={tmp_path / 'data'}",
+        "trainer.log_every_n_steps=1",  # curve rows before the kill
         *TASKS[task].resume_overrides]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _finish(_run(args + [f"hydra.run.dir={whole}"], tmp_path))
@@ -225,3 +270,23 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_and_metrics(task, tm
     metrics_resumed = json.loads((killed / "metrics.json").read_text())
     test_keys = [k for k in metrics_whole if k.startswith("test/")]
     assert test_keys and {k: metrics_resumed[k] for k in test_keys} == {k: metrics_whole[k] for k in test_keys}
+    # the curves: every (epoch, step, metric) of the uninterrupted run, once, with its value; the epoch means of
+    # training metrics in the epoch killed in are over its resumed part only (Lightning does not checkpoint them)
+    curves_whole, curves_resumed = _curve_cells(whole), _curve_cells(killed)
+    assert curves_resumed.keys() == curves_whole.keys()
+    killed_epoch = str(killed_at // per_epoch)
+    assert {cell: v for cell, v in curves_resumed.items() if cell[0] != killed_epoch or _step_or_val(cell[2])} == {
+        cell: v for cell, v in curves_whole.items() if cell[0] != killed_epoch or _step_or_val(cell[2])}
+
+
+def _step_or_val(metric: str) -> bool:
+    """Whether a metric is a per-step or validation/test value (not an epoch mean of training)."""
+    return metric.endswith("_step") or not metric.startswith("train/")
+
+
+def _curve_cells(run_dir: Path) -> dict[tuple[str, str, str], str]:
+    """``(epoch, step, metric) -> value`` of a run's ``csv/metrics.csv``; a cell filled twice fails."""
+    cells = [((row["epoch"], row["step"], key), value) for row in _curve_rows(run_dir) for key, value in row.items()
+             if key not in ("epoch", "step")]
+    assert len(dict(cells)) == len(cells), "a metric logged twice at one step"
+    return dict(cells)

@@ -19,16 +19,23 @@ A run folder may have been copied or moved (``cp -r runs/a runs/b; resume=runs/b
 the checkpoint's callback states hold absolute paths under the folder the run was written in. Every
 such path is taken relative to the folder given to ``resume=`` (:func:`relocate_paths` on the config,
 :class:`RunFolder` on the checkpoint), so a resumed copy reads and writes only the copy.
+
+The resumed run's curves continue the earlier ones (:func:`continue_curves`): Lightning's CSV logger would
+delete ``csv/metrics.csv``; instead its rows logged before the checkpoint's step are kept and the
+resumed run appends to them (the rows a killed run logged after its checkpoint are logged again).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import logging
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers.csv_logs import CSVLogger, ExperimentWriter
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import DataLoader, RandomSampler
 
@@ -214,6 +221,65 @@ class RunFolder(L.Callback):
         checkpoint["callbacks"] = _moved(checkpoint["callbacks"], old, self.run_dir, "", moved)
         log.info("resume: the checkpoint was written in %s; %d path(s) of its callback states now point into %s",
                  old, len(moved), self.run_dir)
+
+
+class _ContinuedWriter(ExperimentWriter):
+    """The CSV logger's writer, continuing the ``metrics.csv`` already in ``log_dir``: where Lightning's
+    deletes the file (with a warning), this one keeps its rows with ``step < before_step`` (rewritten
+    atomically, the text of each kept row unchanged) and appends the resumed run's rows after them."""
+
+    def __init__(self, log_dir: str, before_step: int) -> None:
+        self.before_step = before_step
+        super().__init__(log_dir)
+
+    def _check_log_dir_exists(self) -> None:  # called by __init__, instead of the deletion
+        path = Path(self.metrics_file_path)
+        if not path.is_file():
+            return
+        with open(path, newline="", encoding="utf-8") as f:
+            text = f.read()
+        partial = bool(text) and not text.endswith("\n")  # a kill during a write: its last line is cut
+        reader = csv.DictReader(io.StringIO(text[:text.rfind("\n") + 1], newline=""))
+        header, kept, later = list(reader.fieldnames or []), [], 0
+        if not header:  # nothing logged yet: as Lightning does
+            path.unlink()
+            return
+        for row in reader:
+            try:
+                step = int(row["step"])
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{path}:{reader.line_num}: step {row.get('step')!r} is not a whole number; "
+                                 "resume continues the curves of metrics.csv, which Lightning's CSV logger "
+                                 "writes (remove the file to start them anew)") from None
+            if step < self.before_step:
+                kept.append(row)
+            else:
+                later += 1
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(kept)
+        tmp.replace(path)
+        self.metrics_keys = header  # the resumed rows are appended under it (a new column rewrites it)
+        log.info("resume: %s continues: kept its %d row(s) logged before step %d; dropped %d logged at or "
+                 "after it%s (the resumed run logs those steps again; a finished run's test metrics stay in "
+                 "metrics.previous.json)", path, len(kept), self.before_step, later,
+                 " and 1 line cut short by the kill" if partial else "")
+
+
+def continue_curves(loggers: Sequence[Any], ckpt_path: str | Path) -> None:
+    """Make every Lightning ``CSVLogger`` of a resumed run continue its ``metrics.csv`` (see
+    :class:`_ContinuedWriter`) from the checkpoint's ``global_step`` (the step the resumed run logs
+    first). Call it before the trainer uses the loggers (on rank 0): the writer is made now, so the
+    logger never makes its own (which would delete the file)."""
+    csv_loggers = [lg for lg in loggers if isinstance(lg, CSVLogger) and lg._experiment is None]
+    if not csv_loggers:
+        return
+    step = int(torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    for logger in csv_loggers:
+        Path(logger.root_dir).mkdir(parents=True, exist_ok=True)
+        logger._experiment = _ContinuedWriter(logger.log_dir, before_step=step)
 
 
 def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
