@@ -37,6 +37,8 @@ log = logging.getLogger("seqattn.datakit")
 
 
 ON_ERROR = ("skip", "stop")
+#: the end of an unreadable-input error raised while predicting (``on_error=stop``): the predict option
+PREDICT_SKIP_HINT = "predict with on_error=skip (the default) to predict the readable ones and list the others"
 
 
 class _Skipped:

@@ -48,7 +48,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from seqattn.datakit.items import Item
-from seqattn.datakit.module import TaskDataModule
+from seqattn.datakit.module import PREDICT_SKIP_HINT, TaskDataModule
 from seqattn.datakit.splits import split
 from seqattn.datakit.spec import DataSpec
 from seqattn.modalities.image.readers import (
@@ -391,7 +391,7 @@ class ImageDataModule(TaskDataModule):
         base = source if source.is_dir() else source.parent
         items = [{"path": str(p), "where": str(p), "id": str(p.relative_to(base))} for p in files]
         on_bad = "skip" if self.on_error == "skip" else self.on_bad_file
-        loaded, items, bad = load_images(items, self.image_size, self.resize, on_bad)
+        loaded, items, bad = load_images(items, self.image_size, self.resize, on_bad, hint=PREDICT_SKIP_HINT)
         self.skipped = bad
         self.record_skipped(bad)
         if not items:
