@@ -302,6 +302,11 @@ class TaskDataModule(L.LightningDataModule):
         """Inputs left out while reading a prediction source (``on_error="skip"``): kept for the report."""
         self.predict_errors.extend(bad)
 
+    def export_preprocessing(self) -> dict[str, Any]:
+        """How this module turns a user's raw input into the model's inputs (text: the tokenizer; images:
+        the size and resize rule), for an exported model's sidecar JSON. Default: nothing to say."""
+        return {}
+
     def for_prediction(self, spec: DataSpec | None) -> None:
         """Before predicting with a trained model: take what the training data decided and a fresh
         DataModule cannot know (e.g. the image size found in the training images) from the model's spec.

@@ -344,6 +344,16 @@ class ImageDataModule(TaskDataModule):
         return DataSpec(num_outputs=self.num_classes, labels=self.label_names,
                         sizes={"image_size": list(self.image_size)})
 
+    def export_preprocessing(self) -> dict[str, Any]:
+        """The size images are brought to, and how (``resize``), as :meth:`predict_loader` does."""
+        rules = {"resize": "scale to image_size (bilinear, antialiased), every pixel real",
+                 "pad": "shrink to fit image_size keeping the aspect ratio (never enlarge; bilinear, antialiased), "
+                        "place top-left, zeros elsewhere (pixel_mask False there)",
+                 "none": "keep the image's own size"}
+        return {"image_size": list(self.image_size) if self.image_size is not None else None,
+                "resize": self.resize, "resize_rule": rules[self.resize],
+                "color": "RGB (grayscale, palette and alpha images converted to RGB)"}
+
     def for_prediction(self, spec: DataSpec | None) -> None:
         """Images to predict on are brought to the training size found in the data (``image_size: null``)."""
         if self.image_size is None and spec is not None and "image_size" in spec.sizes:

@@ -214,6 +214,12 @@ class _TextDataModule(TaskDataModule):
     def tokenize(self, text: str) -> list[str]:
         return tokenize(text, lowercase=False, pattern=self.token_pattern)  # the adapter lowercases
 
+    def export_preprocessing(self) -> dict[str, Any]:
+        """The word tokenizer of plain-text and table inputs (CoNLL-U / token JSONL give the words)."""
+        return {"tokenizer": {"kind": "regex", "pattern": self.token_pattern,
+                              "how": "words = re.findall(pattern, text), case kept (the vocabulary lookup "
+                                     "lowercases when preprocessing.lowercase)"}}
+
     # -- predict protocol -------------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
         """Batches of a user's unlabeled sentences (see the subclass for the formats): ``words``
