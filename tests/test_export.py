@@ -8,6 +8,7 @@ are imported plainly, so a test environment without them fails here instead of s
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import warnings
@@ -78,16 +79,18 @@ def test_torchscript_traced_on_one_file_handles_a_padded_batch(tiny_run, tmp_pat
 
 
 @pytest.mark.parametrize("task", EXPORT_TASKS)
-def test_onnx_export_gives_the_same_outputs_in_onnxruntime(task, tiny_run, tmp_path, capfd):
+def test_onnx_export_gives_the_same_outputs_in_onnxruntime(task, tiny_run, tmp_path, capfd, caplog):
     run = tiny_run(task)
     source = TASKS[task].predict_inputs(run.cfg, tmp_path / "inputs")
     out = tmp_path / "model.onnx"
     capfd.readouterr()
+    caplog.set_level(logging.INFO)
     assert export_main([f"ckpt={run.best}", "format=onnx", f"output={out}", f"input={source}"]) == 0
     printed = capfd.readouterr()
     assert printed.out.strip() == str(out)  # the path only: the exporter's progress and optimiser log are kept out
     for chatter in ("[torch.onnx]", "onnxscript", "onnx_ir", "Warning"):
         assert chatter not in printed.err, printed.err
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith(("onnxscript", "onnx_ir"))]
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     predictor = seqattn.load(run.best)
