@@ -7,6 +7,8 @@ Arguments are ``key=value``:
     output=FILE               default: next to the checkpoint, ``<ckpt stem>.onnx`` / ``.ts``
     input=PATH                optional: example inputs in the task's predict format (else the adapter's
                               own example inputs: the checkpoint alone is enough)
+    data.KEY=VALUE            data options for reading input= over the checkpoint's (as in seqattn.predict,
+                              e.g. data.text_column=review)
 
 The exported model's inputs are the adapter's inputs, in ``adapter.inputs`` order (speech:
 ``waveform [B, T]`` float32 and ``lengths [B]`` int64; image: ``images [B, 3, H, W]`` float32 in
@@ -61,7 +63,7 @@ from torch import nn
 import seqattn
 from seqattn.cli import parse_key_values
 from seqattn.model.protocols import head_pooling
-from seqattn.predict import build_datamodule
+from seqattn.predict import build_datamodule, override_data_config, parse_data_overrides
 from seqattn.training.checkpoint import build_model, read_checkpoint
 
 log = logging.getLogger("seqattn.export")
@@ -158,9 +160,10 @@ def _quiet_exporter() -> Iterator[io.StringIO]:
             lg.propagate = propagate
 
 
-def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source: str | Path | None = None
-           ) -> tuple[Path, tuple[torch.Tensor, ...]]:
-    """Export the checkpoint's network; returns ``(path, example inputs)``."""
+def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source: str | Path | None = None,
+           data: dict[str, Any] | None = None) -> tuple[Path, tuple[torch.Tensor, ...]]:
+    """Export the checkpoint's network; returns ``(path, example inputs)``. ``data``: data options over
+    the checkpoint's for reading ``source`` (see :func:`seqattn.predict.override_data_config`)."""
     if fmt not in FORMATS:
         raise ValueError(f"format={fmt!r} is not one of {sorted(FORMATS)}")
     checkpoint = read_checkpoint(ckpt)
@@ -172,7 +175,8 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
             "Python, which a trace or torch.export would freeze to the example; use seqattn.load(ckpt).predict"
         )
     wrapper = ExportableNet(model.net).eval()
-    datamodule = build_datamodule(checkpoint["seqattn_config"]["data"])
+    data_config = checkpoint["seqattn_config"]["data"]
+    datamodule = build_datamodule(override_data_config(data_config, data) if data else data_config)
     datamodule.for_prediction(model.spec)  # e.g. the training image size found in the data
     batch = example_batch(datamodule, model.net, source)
     if model.net.export_input_names and not all(k in batch for k in model.net.export_input_names):
@@ -252,12 +256,17 @@ def _export_onnx(wrapper: ExportableNet, inputs: tuple[torch.Tensor, ...], outpu
         ) from err
 
 
-USAGE = "usage: python -m seqattn.export ckpt=PATH format=onnx|torchscript [output=FILE] [input=PATH]"
+USAGE = "usage: python -m seqattn.export ckpt=PATH format=onnx|torchscript [output=FILE] [input=PATH] [data.KEY=VALUE ...]"
 _ARGS = {"ckpt", "format", "output", "input"}
 
 
-def parse_args(argv: Sequence[str]) -> dict[str, str]:
-    return parse_key_values(argv, _ARGS, ("ckpt", "format"), USAGE)
+def parse_args(argv: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` arguments -> a dict (``data``: the ``data.KEY=VALUE`` ones, when given)."""
+    argv, data = parse_data_overrides(argv, USAGE)
+    args: dict[str, Any] = parse_key_values(argv, _ARGS, ("ckpt", "format"), USAGE)
+    if data:
+        args["data"] = data
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -268,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)
     try:
         args = parse_args(argv)
-        path, _ = export(args["ckpt"], args["format"], args.get("output"), args.get("input"))
+        path, _ = export(args["ckpt"], args["format"], args.get("output"), args.get("input"), args.get("data"))
     except (ValueError, FileNotFoundError) as err:
         print(f"seqattn.export: error: {err}", file=sys.stderr)
         return 2

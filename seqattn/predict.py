@@ -264,7 +264,7 @@ USAGE = "usage: python -m seqattn.predict ckpt=PATH input=FILE_OR_DIR [output=FI
 _ARGS = {"ckpt", "input", "output", "batch_size", "device", "on_error"}
 
 
-def parse_data_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+def parse_data_overrides(argv: Sequence[str], usage: str = "") -> tuple[list[str], dict[str, Any]]:
     """Split ``data.KEY=VALUE`` arguments off ``argv``: ``(the others, {"KEY": value})``, values parsed
     by Hydra's override grammar as ``seqattn.run`` parses them (``null``, ``3``, ``[a,b]``, quotes)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -279,9 +279,9 @@ def parse_data_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]
             (override,) = OverridesParser.create().parse_overrides([arg.lstrip("-")])
         except HydraException as err:
             raise ValueError(f"cannot parse {arg!r} ({str(err).splitlines()[0]}); expected data.KEY=VALUE\n"
-                             f"{USAGE}") from None
+                             f"{usage or USAGE}") from None
         if override.type.name != "CHANGE" or override.value_type is None:
-            raise ValueError(f"{arg!r}: expected data.KEY=VALUE\n{USAGE}")
+            raise ValueError(f"{arg!r}: expected data.KEY=VALUE\n{usage or USAGE}")
         data[override.key_or_group.removeprefix("data.")] = override.value()
     return rest, data
 

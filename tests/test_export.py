@@ -239,6 +239,21 @@ def test_exported_from_the_checkpoint_alone_runs_on_inputs_three_times_longer(ta
     assert torch.equal(mask, want_mask)
 
 
+def test_export_reads_its_example_input_with_data_options(tiny_run, tmp_path, capsys):
+    """input= is read with data.KEY=VALUE over the run's data config; the hint of the failure without it
+    names that option, as export accepts it."""
+    run = tiny_run("text_cls")
+    reviews = tmp_path / "reviews.csv"
+    reviews.write_text("review\nthe film was not bad\ngood but boring\n")
+    out = tmp_path / "model.ts"
+    assert export_main([f"ckpt={run.best}", "format=torchscript", f"output={out}", f"input={reviews}"]) == 2
+    assert "set data.text_column" in capsys.readouterr().err
+    assert export_main([f"ckpt={run.best}", "format=torchscript", f"output={out}", f"input={reviews}",
+                        "data.text_column=review"]) == 0
+    assert out.is_file()
+    assert parse_args(["ckpt=a", "format=onnx", "data.text_column=review"])["data"] == {"text_column": "review"}
+
+
 def test_export_arguments_are_checked(tmp_path):
     with pytest.raises(ValueError, match=r"missing \['format'\]"):
         parse_args(["ckpt=a.ckpt"])
