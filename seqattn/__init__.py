@@ -19,11 +19,12 @@ machinery), ``modalities/<m>/`` (one folder per modality), ``objectives/`` (Ligh
 __version__ = "0.1.0"
 
 
-def load(ckpt, device="cpu", weights_only=True):
-    """A trained model from a ``seqattn.run`` checkpoint: ``seqattn.load(path).predict(source) -> rows``.
+def load(ckpt, device="cpu", weights_only=True, data=None):
+    """A trained model from a ``seqattn.run`` checkpoint: ``seqattn.load(path).predict(source) -> rows``;
+    ``data`` sets data options over the checkpoint's (``data={"id_column": "name"}``).
 
     See :class:`seqattn.predict.Predictor` (``.model``, ``.datamodule``, ``.labels``, ``.predict``).
     """
     from seqattn.predict import load as _load
 
-    return _load(ckpt, device=device, weights_only=weights_only)
+    return _load(ckpt, device=device, weights_only=weights_only, data=data)

@@ -11,6 +11,10 @@ own run config, label names, vocabulary and normalisation):
     device=cpu|cuda   default: cpu
     on_error=skip|stop  skip (default): predict every readable input, list the others (with the reason)
                       on stderr and exit 1; stop: stop at the first bad input
+    data.KEY=VALUE    any option of the task's data config, over the checkpoint's (the run's) value:
+                      e.g. data.id_column=name (molecule CSV columns), data.edges=new_edges.csv and
+                      data.unknown_nodes=skip (social), data.text_column=review, data.encoding=latin-1;
+                      values are parsed as in ``seqattn.run`` (null, numbers, [lists])
 
 The work is generic: the datamodule named by the checkpoint's ``data`` config builds the
 batches (``predict_loader(source, batch_size)``) and describes their items (``describe(batch)``:
@@ -26,11 +30,12 @@ ids, text, SMILES, paths); the objective's ``predict_step`` returns a typed
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from hydra.utils import instantiate
@@ -86,12 +91,16 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
-                        weights_only: bool = True) -> "Predictor":
+                        weights_only: bool = True, data: Mapping[str, Any] | None = None) -> "Predictor":
+        """``data``: data options over the checkpoint's data config (``{"id_column": "name"}``, dotted keys
+        for nested ones), see :func:`override_data_config`."""
         device = _device(device)  # before loading anything
         checkpoint = read_checkpoint(path, weights_only=weights_only)
         model = build_model(checkpoint)
         config = checkpoint["seqattn_config"]
-        datamodule = instantiate(config["data"], _convert_="all")
+        if data:
+            config = {**config, "data": override_data_config(config["data"], data)}
+        datamodule = build_datamodule(config["data"])
         datamodule.for_prediction(model.spec)  # e.g. the training image size found in the data
         return cls(model, datamodule, config, device)
 
@@ -174,9 +183,54 @@ def _check_output(output: str | Path) -> None:
         raise ValueError(f"output={str(output)!r}: the file name must end in one of {OUTPUT_FORMATS}")
 
 
-def load(ckpt: str | Path, device: str | torch.device = "cpu", weights_only: bool = True) -> Predictor:
-    """A :class:`Predictor` from a seqattn checkpoint: ``seqattn.load(path).predict(source) -> rows``."""
-    return Predictor.from_checkpoint(ckpt, device=device, weights_only=weights_only)
+def override_data_config(data_config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint's ``data`` config with ``overrides`` (``{"edges": "new.csv", "sbm.seed": 3}``) set
+    over it. A key the data config does not have is a ``ValueError`` naming it and the valid ones
+    (a misspelt option is never silently ignored)."""
+    from omegaconf import OmegaConf
+
+    options = sorted(k for k in data_config if k != "_target_")
+    cfg = OmegaConf.create(dict(data_config))
+    if data_config.get("source", "") is None and not any(str(k).removeprefix("data.") == "source" for k in overrides):
+        # the source the run resolved from its own options (social: karate) stays, whatever is overridden
+        # (a new data.edges alone would otherwise select the csv source, which needs a node CSV)
+        resolved = getattr(build_datamodule(data_config), "source", None)
+        if isinstance(resolved, str):
+            cfg.source = resolved
+    changed = []
+    for key, value in overrides.items():
+        key = str(key).removeprefix("data.")
+        top = key.split(".")[0]
+        if top not in options:
+            close = difflib.get_close_matches(top, options, n=1)
+            raise ValueError(f"data.{key}: the checkpoint's data config ({data_config.get('_target_', '?')}) has no "
+                             f"option {top!r}" + (f" (did you mean data.{close[0]}?)" if close else "")
+                             + f"; its options: {', '.join(options)}")
+        OmegaConf.update(cfg, key, value, merge=False)
+        changed.append(f"data.{key}={value!r}")
+    if changed:
+        log.info("data options over the checkpoint's: %s", ", ".join(changed))
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def build_datamodule(data_config: Mapping[str, Any]) -> Any:
+    """The DataModule of a data config (not set up); its own ``ValueError`` rather than Hydra's wrapper."""
+    from hydra.errors import InstantiationException
+
+    try:
+        return instantiate(dict(data_config), _convert_="all")
+    except InstantiationException as err:
+        cause = err.__cause__
+        if isinstance(cause, ValueError):
+            raise ValueError(str(cause)) from None
+        raise
+
+
+def load(ckpt: str | Path, device: str | torch.device = "cpu", weights_only: bool = True,
+         data: Mapping[str, Any] | None = None) -> Predictor:
+    """A :class:`Predictor` from a seqattn checkpoint: ``seqattn.load(path).predict(source) -> rows``;
+    ``data`` sets data options over the checkpoint's (``seqattn.load(p, data={"id_column": None})``)."""
+    return Predictor.from_checkpoint(ckpt, device=device, weights_only=weights_only, data=data)
 
 
 def write_rows(rows: Sequence[dict[str, Any]], output: str | Path | None) -> None:
@@ -206,13 +260,39 @@ def write_rows(rows: Sequence[dict[str, Any]], output: str | Path | None) -> Non
 
 
 USAGE = "usage: python -m seqattn.predict ckpt=PATH input=FILE_OR_DIR [output=FILE.csv|FILE.jsonl] " \
-        "[batch_size=N] [device=cpu|cuda] [on_error=skip|stop]"
+        "[batch_size=N] [device=cpu|cuda] [on_error=skip|stop] [data.KEY=VALUE ...]"
 _ARGS = {"ckpt", "input", "output", "batch_size", "device", "on_error"}
 
 
-def parse_args(argv: Sequence[str]) -> dict[str, str]:
-    """``["ckpt=a.ckpt", "input=x"]`` -> ``{"ckpt": "a.ckpt", "input": "x"}``; ValueError on anything else."""
-    args = parse_key_values(argv, _ARGS, ("ckpt", "input"), USAGE)
+def parse_data_overrides(argv: Sequence[str], usage: str = "") -> tuple[list[str], dict[str, Any]]:
+    """Split ``data.KEY=VALUE`` arguments off ``argv``: ``(the others, {"KEY": value})``, values parsed
+    by Hydra's override grammar as ``seqattn.run`` parses them (``null``, ``3``, ``[a,b]``, quotes)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    rest, data = [], {}
+    for arg in argv:
+        if not arg.lstrip("-").startswith("data."):
+            rest.append(arg)
+            continue
+        try:
+            (override,) = OverridesParser.create().parse_overrides([arg.lstrip("-")])
+        except HydraException as err:
+            raise ValueError(f"cannot parse {arg!r} ({str(err).splitlines()[0]}); expected data.KEY=VALUE\n"
+                             f"{usage or USAGE}") from None
+        if override.type.name != "CHANGE" or override.value_type is None:
+            raise ValueError(f"{arg!r}: expected data.KEY=VALUE\n{usage or USAGE}")
+        data[override.key_or_group.removeprefix("data.")] = override.value()
+    return rest, data
+
+
+def parse_args(argv: Sequence[str]) -> dict[str, Any]:
+    """``["ckpt=a.ckpt", "input=x", "data.id_column=name"]`` -> ``{"ckpt": "a.ckpt", "input": "x",
+    "data": {"id_column": "name"}}`` (``data`` only when given); ValueError on anything else."""
+    argv, data = parse_data_overrides(argv)
+    args: dict[str, Any] = parse_key_values(argv, _ARGS, ("ckpt", "input"), USAGE)
+    if data:
+        args["data"] = data
     if "batch_size" in args:
         try:
             args["batch_size"] = int(args["batch_size"])  # type: ignore[assignment]
@@ -231,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)
     try:
         args = parse_args(argv)
-        predictor = load(args["ckpt"], device=args.get("device", "cpu"))
+        predictor = load(args["ckpt"], device=args.get("device", "cpu"), data=args.get("data"))
         n = predictor.predict_to_file(args["input"], args.get("output"), args.get("batch_size"),
                                       args.get("on_error", "skip"))
     except (ValueError, FileNotFoundError) as err:

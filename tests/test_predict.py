@@ -153,3 +153,125 @@ def test_unknown_output_format_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match=r"\.csv"):
         write_rows([{"id": "a"}], tmp_path / "out.xlsx")
+
+
+def _predict_cli(ckpt, source, out, *extra):
+    return predict_main([f"ckpt={ckpt}", f"input={source}", f"output={out}", *extra])
+
+
+@pytest.mark.parametrize("task, name, text, bad", [
+    # a stray quote and a quote never closed: both rows are left out, the rows after them are read
+    ("text_cls", "reviews.csv", 'text\nthe film was good\n"great" film\nnot bad\n"never closed\nboring\n',
+     {3: "malformed CSV", 5: "malformed CSV"}),
+    ("text_cls", "reviews.jsonl", '{"text": "the film was good"}\n{"text": "not bad"\n[1, 2]\n{"text": "boring"}\n',
+     {2: "invalid JSON", 3: "expected a JSON object"}),
+    ("text_tagging", "sentences.conllu", "1\tthe\t_\tDET\t_\t_\t0\t_\t_\t_\n2\tfilm\t_\tNOUN\t_\t_\t0\t_\t_\t_\n\n"
+                                         "1\twe\t_\tPRON\n2\tsell\t_\tVERB\t_\t_\t0\t_\t_\t_\n\n"
+                                         "1\tthey\t_\tPRON\t_\t_\t0\t_\t_\t_\n\n",
+     {4: "needs 10 tab-separated fields"}),
+])
+def test_text_predict_skips_malformed_lines_and_predicts_the_rest(task, name, text, bad, tiny_run, tmp_path, capsys):
+    """README: every readable input gets a row. A malformed line (bad CSV quote, bad JSON line, short
+    CoNLL-U line: its sentence) is left out and listed as file:line with the reason; with on_error=stop
+    it stops the call."""
+    run = tiny_run(task)
+    source = tmp_path / name
+    source.write_text(text)
+    predictor = seqattn.load(run.best)
+    rows = predictor.predict(source)
+    good = 4 - len(bad) if task == "text_cls" else 2
+    assert len(rows) == good + (1 if name.endswith(".csv") else 0)
+    assert [w for w, _ in predictor.errors] == [f"{source}:{line}" for line in bad]
+    for (_, reason), want in zip(predictor.errors, bad.values()):
+        assert want in reason
+    if name.endswith(".csv"):
+        assert [r["id"] for r in rows] == [f"{name}:{line}" for line in (2, 4, 6)]
+    if task == "text_tagging":
+        assert [r["tokens"] for r in rows] == [["the", "film"], ["they"]]
+    with pytest.raises(ValueError, match=f"{name}:{min(bad)}"):
+        predictor.predict(source, on_error="stop")
+    out = tmp_path / "p.jsonl"
+    assert _predict_cli(run.best, source, out) == 1  # rows written, the bad lines listed, exit 1
+    assert len(out.read_text().splitlines()) == len(rows)
+    assert f"{name}:{min(bad)}" in capsys.readouterr().err
+
+
+def test_molecule_predict_takes_a_csv_without_the_id_column(tiny_run, tmp_path):
+    """data.id_column (from the run or given to predict) names rows when the CSV has that column; a CSV
+    without it is predicted with the SMILES as ids instead of refused."""
+    run = tiny_run("molecule")
+    plain = TASKS["molecule"].predict_inputs(run.cfg, tmp_path / "mol")
+    named = tmp_path / "named.csv"
+    named.write_text("name,smiles\nethanol,CCO\nphenol,c1ccccc1O\n")
+    predictor = seqattn.load(run.best, data={"id_column": "name"})
+    assert predictor.datamodule.id_column == "name"
+    assert [r["id"] for r in predictor.predict(named)] == ["ethanol", "phenol"]
+    rows = predictor.predict(plain)
+    assert len(rows) == 6 and rows[0]["id"] == "CCO" and not predictor.errors
+    out = tmp_path / "p.jsonl"
+    assert _predict_cli(run.best, named, out, "data.id_column=name") == 0
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["ethanol", "phenol"]
+
+
+def _karate_edges(run, path, extra=""):
+    """A ring over the karate club's nodes (other edges than training's), plus ``extra`` lines."""
+    nodes = TASKS["social"].predict_inputs(run.cfg, path.parent / "nodes")
+    ids = [line.split(",")[0] for line in nodes.read_text().splitlines()[1:]]
+    path.write_text("source,target\n" + "".join(f"{a},{b}\n" for a, b in zip(ids, ids[1:] + ids[:1])) + extra)
+    return nodes
+
+
+def test_social_predict_reads_a_new_edge_file_given_as_a_data_option(tiny_run, tmp_path):
+    run = tiny_run("social")
+    edges = tmp_path / "ring.csv"
+    nodes = _karate_edges(run, edges)
+    trained = seqattn.load(run.best).predict(nodes)
+    ring = seqattn.load(run.best, data={"edges": str(edges)}).predict(nodes)
+    assert [r["id"] for r in ring] == [r["id"] for r in trained] and len(ring) == 34
+    assert json.dumps(ring) != json.dumps(trained)  # the ring's edges were used, not the training edge file
+    out = tmp_path / "p.jsonl"
+    assert _predict_cli(run.best, nodes, out, f"data.edges={edges}") == 0
+    assert_rows_close([json.loads(line) for line in out.read_text().splitlines()], ring)
+
+
+def test_a_misspelt_data_option_is_refused_with_the_valid_ones(tiny_run, tmp_path):
+    run = tiny_run("social")
+    nodes = TASKS["social"].predict_inputs(run.cfg, tmp_path / "nodes")
+    with pytest.raises(ValueError, match=r"data\.edge: .*no option 'edge' \(did you mean data\.edges\?\)"):
+        seqattn.load(run.best, data={"edge": "x.csv"})
+    assert predict_main([f"ckpt={run.best}", f"input={nodes}", "data.unknown_node=skip"]) == 2
+    with pytest.raises(ValueError, match="cannot parse 'data.edges'"):
+        parse_args(["ckpt=a", "input=b", "data.edges"])
+
+
+def _hinted_option(message: str) -> str:
+    """The ``key=value`` option an error message tells the user to set."""
+    import re
+
+    found = re.findall(r"\b((?:data\.)?[a-z_]+=[a-z_0-9]+)\b", message.strip().splitlines()[-1])
+    assert found, message
+    return found[-1]
+
+
+def test_predict_error_hints_name_options_predict_accepts(tiny_run, tmp_path, capsys):
+    """Following the hint of a predict error, as written, makes that predict command work."""
+    social = tiny_run("social")
+    edges = tmp_path / "edges.csv"
+    nodes = _karate_edges(social, edges, extra="0,ghost\n")
+    out = tmp_path / "p.jsonl"
+    assert _predict_cli(social.best, nodes, out, f"data.edges={edges}") == 2
+    hint = _hinted_option(capsys.readouterr().err)
+    assert hint == "data.unknown_nodes=skip"
+    assert _predict_cli(social.best, nodes, out, f"data.edges={edges}", hint) == 0
+    assert len(out.read_text().splitlines()) == 34
+
+    image = tiny_run("image")
+    folder = TASKS["image"].predict_inputs(image.cfg, tmp_path / "images")
+    (folder / "broken.png").write_bytes(b"not an image")
+    assert _predict_cli(image.best, folder, out, "on_error=stop") == 2
+    err = capsys.readouterr().err
+    assert "broken.png" in err and "on_bad_file" not in err
+    hint = _hinted_option(err)
+    assert hint == "on_error=skip"
+    assert _predict_cli(image.best, folder, out, hint) == 1  # the readable ones predicted, the broken one listed
+    assert len(out.read_text().splitlines()) == 5

@@ -109,6 +109,7 @@ def read_table(
     hint: str = "",
     header: Sequence[str] | None = None,
     comment: str | None = None,
+    skipped: list[tuple[str, str]] | None = None,
 ) -> Table:
     """Read a CSV (``fmt="csv"``) or TSV (``fmt="tsv"``) file with a header row.
 
@@ -121,28 +122,45 @@ def read_table(
     CSV quoting is strict: ``"Great" film`` (a quote inside an unquoted field or after a closing
     quote) and a quote that is never closed are errors naming the line where the field starts.
     A quoted field may hold commas and newlines. TSV has no quoting: quotes are kept as data.
+
+    ``skipped``: a list to collect malformed data rows in (``("file:line", reason)``) instead of raising
+    (prediction reads every readable row); a quote left open skips only the line it opens on.
     """
     if fmt not in ("csv", "tsv"):
         raise ValueError(f"read_table reads csv or tsv, got format {fmt!r}")
     p = existing_file(path, what)
     text = read_text(p, encoding, what)
-    if fmt == "csv":
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter=",", strict=True)
-    else:
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    lines = text.splitlines(keepends=True)
+
+    def reader_from(offset: int):  # a reader of the text after its first ``offset`` lines
+        rest = io.StringIO("".join(lines[offset:]), newline="")
+        if fmt == "csv":
+            return csv.reader(rest, delimiter=",", strict=True)
+        return csv.reader(rest, delimiter="\t", quoting=csv.QUOTE_NONE)
+
+    reader, offset = reader_from(0), 0
     columns = [c.strip() for c in header] if header is not None else None
     rows: list[tuple[int, dict[str, str]]] = []
     start = 1
+
+    def skip(line: int, reason: str) -> None:  # record a malformed row, read on from the line after it
+        nonlocal reader, offset, start
+        skipped.append((f"{p}:{line}", reason))
+        reader, offset, start = reader_from(line), line, line + 1
+
     while True:
         try:
             fields = next(reader)
         except StopIteration:
             break
         except csv.Error as err:
-            raise ValueError(f"{p}:{start}: malformed CSV ({err}): a field that contains a quote must be quoted "
-                             'whole, with inner quotes doubled ("a ""quoted"" word"), and every opening quote '
-                             "closed") from None
-        line, start = start, reader.line_num + 1
+            reason = (f"malformed CSV ({err}): a field that contains a quote must be quoted whole, with inner "
+                      'quotes doubled ("a ""quoted"" word"), and every opening quote closed')
+            if skipped is None or columns is None:
+                raise ValueError(f"{p}:{start}: {reason}") from None
+            skip(start, reason)
+            continue
+        line, start = start, offset + reader.line_num + 1
         if not fields or all(not f.strip() for f in fields):
             continue
         if comment and fields[0].lstrip().startswith(comment):
@@ -158,11 +176,14 @@ def read_table(
                                  + (f"; {hint}" if hint else ""))
             continue
         if len(fields) != len(columns):
-            spans = reader.line_num - line + 1
+            spans = offset + reader.line_num - line + 1
             extra = (f"; the row spans {spans} lines: a quote opened at line {line} closes only at line "
-                     f"{reader.line_num}" if fmt == "csv" and spans > 1 else "")
-            raise ValueError(f"{p}:{line}: expected {len(columns)} fields ({', '.join(columns)}), got "
-                             f"{len(fields)}{extra}")
+                     f"{offset + reader.line_num}" if fmt == "csv" and spans > 1 else "")
+            reason = f"expected {len(columns)} fields ({', '.join(columns)}), got {len(fields)}{extra}"
+            if skipped is None:
+                raise ValueError(f"{p}:{line}: {reason}")
+            skip(line, reason)
+            continue
         rows.append((line, {c: f.strip() for c, f in zip(columns, fields)}))
     if columns is None:
         raise ValueError(f"{p}: empty file; expected a header row" + (f" with columns {list(required)}" if required
@@ -174,10 +195,11 @@ def read_table(
     return Table(p, columns, rows)
 
 
-def read_jsonl(path: str | os.PathLike, encoding: str = "utf-8", what: str = "JSONL file"
-               ) -> Iterator[tuple[int, str, dict[str, Any]]]:
+def read_jsonl(path: str | os.PathLike, encoding: str = "utf-8", what: str = "JSONL file",
+               skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """``(line, "file:line", object)`` for every non-blank line of a JSON-lines file; a line that is
-    not a JSON object raises ``ValueError`` naming the file, line and column."""
+    not a JSON object raises ``ValueError`` naming the file, line and column (or, given a ``skipped``
+    list, is recorded there as ``("file:line", reason)`` and left out)."""
     p = existing_file(path, what)
     for number, line in iter_lines(p, encoding, what):
         if not line.strip():
@@ -186,27 +208,37 @@ def read_jsonl(path: str | os.PathLike, encoding: str = "utf-8", what: str = "JS
         try:
             raw = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where}: expected a JSON object ({{...}}), got {type(raw).__name__}")
+            raw, reason = None, f"invalid JSON ({err.msg} at column {err.colno})"
+        else:
+            reason = None if isinstance(raw, dict) else f"expected a JSON object ({{...}}), got {type(raw).__name__}"
+        if reason is not None:
+            if skipped is None:
+                raise ValueError(f"{where}: {reason}")
+            skipped.append((where, reason))
+            continue
         yield number, where, raw
 
 
 def read_records(path: str | os.PathLike, fmt: str = "auto", encoding: str = "utf-8", required: Sequence[str] = (),
-                 what: str = "file", hint: str = "") -> list[tuple[str, dict[str, Any]]]:
+                 what: str = "file", hint: str = "", skipped: list[tuple[str, str]] | None = None
+                 ) -> list[tuple[str, dict[str, Any]]]:
     """A CSV / TSV / JSONL file as ``[("file:line", {column: value})]``; ``required`` columns (keys)
-    must be present (CSV/TSV: in the header; JSONL: in every object)."""
+    must be present (CSV/TSV: in the header; JSONL: in every object). Given a ``skipped`` list, malformed
+    rows (and JSON objects lacking a required key) are recorded there and left out instead of raising."""
     fmt = table_format(path, fmt)
     if fmt in ("csv", "tsv"):
-        table = read_table(path, fmt, encoding, required, what, hint)
+        table = read_table(path, fmt, encoding, required, what, hint, skipped=skipped)
         return [(table.where(line), row) for line, row in table.rows]
     if fmt != "jsonl":
         raise ValueError(f"{path}: format {fmt!r} is not one of csv, tsv, jsonl (set the format option)")
     out = []
-    for _, where, raw in read_jsonl(path, encoding, what):
+    for _, where, raw in read_jsonl(path, encoding, what, skipped):
         missing = [c for c in required if c not in raw]
         if missing:
-            raise ValueError(f"{where}: the object has no key(s) {missing} (has {sorted(raw)})"
-                             + (f"; {hint}" if hint else ""))
+            reason = f"the object has no key(s) {missing} (has {sorted(raw)})" + (f"; {hint}" if hint else "")
+            if skipped is None:
+                raise ValueError(f"{where}: {reason}")
+            skipped.append((where, reason))
+            continue
         out.append((where, raw))
     return out

@@ -37,6 +37,8 @@ log = logging.getLogger("seqattn.datakit")
 
 
 ON_ERROR = ("skip", "stop")
+#: the end of an unreadable-input error raised while predicting (``on_error=stop``): the predict option
+PREDICT_SKIP_HINT = "predict with on_error=skip (the default) to predict the readable ones and list the others"
 
 
 class _Skipped:
@@ -318,6 +320,11 @@ class TaskDataModule(L.LightningDataModule):
     def record_skipped(self, bad: Iterable[tuple[str, str]]) -> None:
         """Inputs left out while reading a prediction source (``on_error="skip"``): kept for the report."""
         self.predict_errors.extend(bad)
+
+    def export_preprocessing(self) -> dict[str, Any]:
+        """How this module turns a user's raw input into the model's inputs (text: the tokenizer; images:
+        the size and resize rule), for an exported model's sidecar JSON. Default: nothing to say."""
+        return {}
 
     def for_prediction(self, spec: DataSpec | None) -> None:
         """Before predicting with a trained model: take what the training data decided and a fresh

@@ -13,6 +13,10 @@ Adapter (:class:`AdapterBase`):
     ``check_spec(spec)``  raise ``ValueError`` when the data does not provide what it reads.
     ``example_inputs(batch=2, scale=1)``  a batch of its export inputs built from the adapter alone
                           (``seqattn.export`` without ``input=``); ``scale`` makes them longer / larger.
+    ``export_description()``  what an exported model's inputs mean, for its sidecar JSON:
+                          ``{"inputs": {name: {"shape": ["B", "L"], "meaning": str}}, "preprocessing": {...}}``
+                          (text: the vocabulary and character table; speech: the sample rate), so that the
+                          exported file can be fed without seqattn (default: none).
     ``augmented_inputs``  None (default), or after a training forward the batch keys it actually read
                           when it augments its inputs (``{"waveform": ..., "lengths": ...}``): a
                           distillation teacher reads those in place of the clean batch.
@@ -58,7 +62,7 @@ from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 from torch import Tensor, nn
 
 ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec",
-                 "example_inputs", "augmented_inputs", "vocab_tables")
+                 "example_inputs", "augmented_inputs", "vocab_tables", "export_description")
 HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields", "pooling")
 
 
@@ -116,6 +120,11 @@ class AdapterBase(nn.Module):
     def vocab_tables(self) -> dict[str, VocabTable]:
         """``{parameter name (in this module): VocabTable}`` of the tensors indexed by vocabulary tokens."""
         return {}
+
+    def export_description(self) -> dict[str, Any]:
+        """What the exported model's inputs mean and how raw inputs become them (the export sidecar):
+        ``{"inputs": {name: {"shape": [axis names], "meaning": str}}, "preprocessing": {...}}``."""
+        return {"inputs": {}, "preprocessing": {}}
 
 
 class HeadBase(nn.Module):

@@ -40,6 +40,25 @@ class AudioAdapter(AdapterBase):
         self.proj = nn.Linear(self.features.feature_dim, dim)
         self.dropout = nn.Dropout(dropout)
 
+    def export_description(self) -> dict:
+        """The waveform the exported model takes; the features are computed inside it."""
+        f = self.features
+        return {
+            "inputs": {
+                "waveform": {"shape": ["B", "T"], "meaning": "mono samples at preprocessing.sample_rate Hz, "
+                             "float32 in [-1, 1] (as soundfile reads them), zeros after each item's end"},
+                "lengths": {"shape": ["B"], "meaning": "the real samples of each item (int64)"},
+            },
+            "preprocessing": {
+                "sample_rate": f.sample_rate,
+                "channels": "mono: the mean over the file's channels",
+                "resampling": "files at another rate are resampled to sample_rate (torchaudio.functional.resample)",
+                "features_inside_the_model": {"kind": f.kind, "win_samples": f.win, "hop_samples": f.hop,
+                                              "n_mels": f.n_mels, "n_mfcc": f.n_mfcc, "normalize": f.normalize},
+                "frames": "output position f covers samples [f * hop_samples, f * hop_samples + win_samples)",
+            },
+        }
+
     def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, torch.Tensor]:
         """``waveform [B, T]`` of quiet noise (T = ``scale`` s of audio, the last item shorter) and ``lengths [B]``."""
         n = int(self.features.sample_rate * scale)

@@ -160,7 +160,7 @@ class AudioFeatures(nn.Module):
             lengths = torch.full((b,), t, dtype=torch.long, device=waveform.device)
         if lengths.shape != (b,):
             raise ValueError(f"lengths must be [B] = [{b}], got shape {tuple(lengths.shape)}")
-        if torch.compiler.is_exporting():  # torch.export / ONNX: no checks that branch on tensor values
+        if torch.compiler.is_exporting() or torch.jit.is_tracing():  # export / trace: no checks on tensor values
             return waveform.float(), lengths.long()
         if (lengths > t).any() or (lengths < 0).any():
             raise ValueError(f"lengths must be in 0..T={t}, got {lengths.tolist()}")

@@ -19,8 +19,9 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from seqattn.datakit.files import read_table
 from seqattn.datakit.items import Item
-from seqattn.datakit.module import TaskDataModule
+from seqattn.datakit.module import PREDICT_SKIP_HINT, TaskDataModule
 from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import split
 from seqattn.modalities.graph.batching import collate_graphs
@@ -334,8 +335,9 @@ class MoleculeDataModule(TaskDataModule):
 
     # -- predict protocol -----------------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
-        """Batches of molecules to predict: a CSV with a header and the ``smiles_column`` (and
-        ``id_column`` if configured; other columns are ignored), or a ``.smi`` / ``.txt`` file with one
+        """Batches of molecules to predict: a CSV with a header and the ``smiles_column`` (and the
+        ``id_column`` when it has it, else rows are named by their SMILES, logged; other columns are
+        ignored), or a ``.smi`` / ``.txt`` file with one
         SMILES (and an optional name) per line. Invalid SMILES are left out and recorded
         (``predict_errors``, file:line) with ``on_error="skip"`` (the default) or ``skip_invalid=true``;
         with ``on_error="stop"`` they stop with the list. Works without ``setup()``."""
@@ -345,9 +347,15 @@ class MoleculeDataModule(TaskDataModule):
         if path.suffix.lower() in (".smi", ".txt"):
             records = read_smiles_lines(path, self.encoding)
         else:
-            records = read_smiles_table(path, self.smiles_column, (), id_column=self.id_column, encoding=self.encoding)
+            id_column = self.id_column
+            if id_column and id_column not in read_table(path, "csv", self.encoding, (), "SMILES file",
+                                                         comment="#").header:
+                log.info("%s has no id column %r (data.id_column): its molecules are named by their SMILES", path,
+                         id_column)
+                id_column = None
+            records = read_smiles_table(path, self.smiles_column, (), id_column=id_column, encoding=self.encoding)
         skip = self.skip_invalid_predict or self.on_error == "skip"
-        graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim)
+        graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim, hint=PREDICT_SKIP_HINT)
         self.record_skipped((entry.rsplit(": ", 1)[0], f"RDKit cannot parse the SMILES {entry.rsplit(': ', 1)[-1]}")
                             for entry in invalid)
         if not graphs:

@@ -224,12 +224,13 @@ def featurize_records(
     positional: str = "none",
     pe_dim: int = 8,
     scaffolds: bool = False,
+    hint: str = "set data.skip_invalid=true to train without them (they are counted)",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Records -> (graphs, invalid "file:line: SMILES" list).
 
     Each graph: ``x, edge_index, edge_attr`` (+ ``pe [n, pe_dim]``), ``targets [T]``, ``ids``,
     ``smiles`` (+ ``scaffold``). With ``skip_invalid=False`` any invalid SMILES raises a
-    ``ValueError`` listing all of them.
+    ``ValueError`` listing all of them, ending with ``hint`` (the calling command's option).
     """
     graphs, invalid = [], []
     for rec in records:
@@ -252,9 +253,9 @@ def featurize_records(
         shown = "\n  ".join(invalid[:50])
         more = f"\n  ... and {len(invalid) - 50} more" if len(invalid) > 50 else ""
         raise ValueError(f"{len(invalid)} SMILES could not be parsed by RDKit:\n  {shown}{more}\n"
-                         "Fix them, or set data.skip_invalid=true to train without them (they are counted).")
+                         f"Fix them, or {hint}.")
     if invalid:
-        log.warning("skipped %d invalid SMILES (skip_invalid=true): %s%s", len(invalid), invalid[:10],
+        log.warning("skipped %d invalid SMILES: %s%s", len(invalid), invalid[:10],
                     " ..." if len(invalid) > 10 else "")
     return graphs, invalid
 

@@ -155,7 +155,7 @@ def read_edge_csv(
         listing = "; ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         if unknown_nodes == "error":
             raise ValueError(f"{len(unknown)} edge(s) name nodes missing from the node CSV: {listing} "
-                             "(add them to the node CSV, or set unknown_nodes=skip to leave these edges out)")
+                             "(add them to the node CSV, or set data.unknown_nodes=skip to leave these edges out)")
         log.warning("left out %d edge(s) naming nodes missing from the node CSV: %s", len(unknown), listing)
     if not src:
         raise ValueError(f"{table.path}: no edges" + (" left after skipping unknown nodes" if unknown else

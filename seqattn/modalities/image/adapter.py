@@ -164,6 +164,22 @@ class ImageAdapter(AdapterBase):
             table = F.interpolate(table[None], size=(h, w), mode="bilinear", align_corners=False)[0]  # [D, h, w]
         return table.flatten(1).transpose(0, 1).to(x.dtype)  # [h·w, D]
 
+    def export_description(self) -> dict:
+        """The pixels the exported model takes; normalisation happens inside it."""
+        return {
+            "inputs": {
+                "images": {"shape": ["B", "C", "H", "W"], "meaning": "RGB pixels, channels first, float32 in [0, 1] "
+                           "(byte value / 255), NOT normalised (the model normalises them itself)"},
+                "pixel_mask": {"shape": ["B", "H", "W"], "meaning": "True on the image's real pixels, False on "
+                               "padding (padded images sit top-left)"},
+            },
+            "preprocessing": {
+                "channels": self.in_channels, "pixel_range": [0.0, 1.0],
+                "normalization_inside_the_model": {"kind": self.normalize, "mean": self.mean.tolist(),
+                                                   "std": self.std.tolist()},
+            },
+        }
+
     def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, torch.Tensor]:
         """``images [B, C, H, W]`` (the training size, or 16×16, times ``scale``) and ``pixel_mask``."""
         h, w = ((self.grid[0] * self.patch, self.grid[1] * self.patch) if self.grid is not None else (16, 16))

@@ -48,7 +48,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from seqattn.datakit.items import Item
-from seqattn.datakit.module import TaskDataModule
+from seqattn.datakit.module import PREDICT_SKIP_HINT, TaskDataModule
 from seqattn.datakit.splits import split
 from seqattn.datakit.spec import DataSpec
 from seqattn.modalities.image.readers import (
@@ -354,6 +354,16 @@ class ImageDataModule(TaskDataModule):
         return DataSpec(num_outputs=self.num_classes, labels=self.label_names,
                         sizes={"image_size": list(self.image_size)})
 
+    def export_preprocessing(self) -> dict[str, Any]:
+        """The size images are brought to, and how (``resize``), as :meth:`predict_loader` does."""
+        rules = {"resize": "scale to image_size (bilinear, antialiased), every pixel real",
+                 "pad": "shrink to fit image_size keeping the aspect ratio (never enlarge; bilinear, antialiased), "
+                        "place top-left, zeros elsewhere (pixel_mask False there)",
+                 "none": "keep the image's own size"}
+        return {"image_size": list(self.image_size) if self.image_size is not None else None,
+                "resize": self.resize, "resize_rule": rules[self.resize],
+                "color": "RGB (grayscale, palette and alpha images converted to RGB)"}
+
     def for_prediction(self, spec: DataSpec | None) -> None:
         """Images to predict on are brought to the training size found in the data (``image_size: null``)."""
         if self.image_size is None and spec is not None and "image_size" in spec.sizes:
@@ -401,7 +411,7 @@ class ImageDataModule(TaskDataModule):
         base = source if source.is_dir() else source.parent
         items = [{"path": str(p), "where": str(p), "id": str(p.relative_to(base))} for p in files]
         on_bad = "skip" if self.on_error == "skip" else self.on_bad_file
-        loaded, items, bad = load_images(items, self.image_size, self.resize, on_bad)
+        loaded, items, bad = load_images(items, self.image_size, self.resize, on_bad, hint=PREDICT_SKIP_HINT)
         self.skipped = bad
         self.record_skipped(bad)
         if not items:

@@ -209,9 +209,11 @@ def common_size(items: Sequence[Mapping[str, Any]], sample: int = 2000) -> tuple
 
 
 def load_images(items: Sequence[Mapping[str, Any]], size: tuple[int, int], resize: str, on_bad_file: str,
+                hint: str = "set data.on_bad_file=skip to train without them",
                 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[Mapping[str, Any]], list[tuple[str, str]]]:
     """Read and fit every item's image. Returns ``(images [(image, mask)], kept items, bad [(path, reason)])``;
-    with ``on_bad_file="error"`` any bad file raises one ``ValueError`` counting and listing them."""
+    with ``on_bad_file="error"`` any bad file raises one ``ValueError`` counting and listing them, ending
+    with ``hint`` (the calling command's option)."""
     if on_bad_file not in BAD_FILE:
         raise ValueError(f"on_bad_file must be one of {BAD_FILE}, got {on_bad_file!r}")
     loaded, kept, bad = [], [], []
@@ -228,7 +230,7 @@ def load_images(items: Sequence[Mapping[str, Any]], size: tuple[int, int], resiz
         more = f"\n  ... and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
         if on_bad_file == "error":
             raise ValueError(f"{len(bad)} of {len(items)} image file(s) cannot be read:\n{listing}{more}\n"
-                             "fix or remove them, or set data.on_bad_file=skip to train without them")
+                             f"fix or remove them, or {hint}")
         log.warning("skipped %d of %d unreadable image file(s) (on_bad_file=skip):\n%s%s", len(bad), len(items),
                     listing, more)
     return loaded, kept, bad

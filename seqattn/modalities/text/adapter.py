@@ -218,6 +218,28 @@ class TextAdapter(AdapterBase):
             out["char_ids"] = self.chars.encode(batch["words"])
         return out
 
+    def export_description(self) -> dict:
+        """The exported inputs (``ids``, ``mask``[, ``char_ids``]) and the tables that make them from words."""
+        inputs = {
+            "ids": {"shape": ["B", "L"], "meaning": "the vocabulary index of each word (preprocessing.vocabulary, "
+                    "after lowercasing when preprocessing.lowercase); 1 = <unk> for a word not in it, 0 = <pad> "
+                    "after the sentence's end"},
+            "mask": {"shape": ["B", "L"], "meaning": "True on the sentence's words, False on padding"},
+        }
+        prep = {"vocabulary": list(self.vocab.words), "lowercase": self.lowercase, "pad_index": PAD_INDEX,
+                "unk_index": UNK_INDEX}
+        if self.chars is not None:
+            inputs["char_ids"] = {
+                "shape": ["B", "L", "W"],
+                "meaning": "each word's characters (case kept, not lowercased) as indices into "
+                           "preprocessing.char_table.chars: <w>, the word's first W-2 characters (<unk> for one not "
+                           "in the table), </w>, then 0 (<pad>); W = min(max_chars, longest word + 2) over the "
+                           "batch; all 0 on padding words",
+            }
+            prep["char_table"] = {"chars": list(self.chars.chars), "max_chars": self.chars.max_chars, "pad": 0,
+                                  "unk": 1, "begin": 2, "end": 3}
+        return {"inputs": inputs, "preprocessing": prep}
+
     def example_inputs(self, batch: int = 2, scale: int = 1) -> dict[str, torch.Tensor]:
         """``ids [B, L]`` of vocabulary words (L = 8 ``scale``, the last item shorter) and ``mask [B, L]``."""
         length = 8 * scale

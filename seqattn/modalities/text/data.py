@@ -164,7 +164,9 @@ class _TextDataModule(TaskDataModule):
     def make_item(self, item: dict[str, Any], split: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    def read_unlabeled(self, path: Path) -> list[dict[str, Any]]:
+    def read_unlabeled(self, path: Path, skipped: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+        """Items of a predict file; malformed lines go to ``skipped`` (``(file:line, reason)``) when it is a
+        list, else raise."""
         raise NotImplementedError
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -222,16 +224,30 @@ class _TextDataModule(TaskDataModule):
     def tokenize(self, text: str) -> list[str]:
         return tokenize(text, lowercase=False, pattern=self.token_pattern)  # the adapter lowercases
 
+    def export_preprocessing(self) -> dict[str, Any]:
+        """The word tokenizer of plain-text and table inputs (CoNLL-U / token JSONL give the words)."""
+        return {"tokenizer": {"kind": "regex", "pattern": self.token_pattern,
+                              "how": "words = re.findall(pattern, text), case kept (the vocabulary lookup "
+                                     "lowercases when preprocessing.lowercase)"}}
+
     # -- predict protocol -------------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
         """Batches of a user's unlabeled sentences (see the subclass for the formats): ``words``
-        and ``ids``. Needs no setup(): the model maps the words with its own vocabulary."""
+        and ``ids``. Needs no setup(): the model maps the words with its own vocabulary. With
+        ``on_error="skip"`` malformed lines (a bad CSV quote, a bad JSON line, a short CoNLL-U line) are
+        left out and recorded (``predict_errors``), every readable sentence is predicted."""
         path = Path(source).expanduser()
         if not path.is_file():
             raise ValueError(f"predict source {path} is not a file")
-        items = self.read_unlabeled(path)
+        bad: list[tuple[str, str]] = []
+        items = self.read_unlabeled(path, bad if self.on_error == "skip" else None)
+        self.record_skipped(bad)
+        if bad:
+            log.warning("%s: left out %d malformed line(s) (on_error=skip), read %d sentence(s)", path, len(bad),
+                        len(items))
         if not items:
-            raise ValueError(f"{path}: no sentences to predict")
+            raise ValueError(f"{path}: no sentences to predict" + (f" ({len(bad)} malformed line(s), first: "
+                                                                   f"{bad[0][0]}: {bad[0][1]})" if bad else ""))
         data = ListDataset([{"tokens": it["tokens"], "id": it["id"]} for it in items])
         return self.predict_batches(data, batch_size, where=lambda i: items[i]["where"])
 
@@ -312,14 +328,14 @@ class TaggingDataModule(_TextDataModule):
             subsets["far"] = torch.tensor(item["far"], dtype=torch.bool)
         return {"tokens": item["tokens"], "labels": labels, "subsets": subsets, "id": item["id"]}
 
-    def read_unlabeled(self, path: Path) -> list[dict[str, Any]]:
+    def read_unlabeled(self, path: Path, skipped: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
         """``.conllu`` (tags ignored), token ``.jsonl`` (``tokens``; ``tags`` optional) or plain text,
         one sentence per line (split into words with the regex tokenizer); chosen by the file suffix."""
         fmt = table_format(path, "auto")
         if fmt == "conllu":
-            return read_conllu(path, self.column, self.encoding)
+            return read_conllu(path, self.column, self.encoding, skipped)
         if fmt == "jsonl":
-            return read_token_jsonl(path, require_tags=False, encoding=self.encoding)
+            return read_token_jsonl(path, require_tags=False, encoding=self.encoding, skipped=skipped)
         return [dict(it, tokens=self.tokenize(it["text"])) for it in read_lines(path, self.encoding)]
 
 class TextClassificationDataModule(_TextDataModule):
@@ -371,12 +387,12 @@ class TextClassificationDataModule(_TextDataModule):
     def make_item(self, item: dict[str, Any], split: str) -> dict[str, Any]:
         return {"tokens": item["tokens"], "label": self._labels.index(item["label"]), "id": item["id"]}
 
-    def read_unlabeled(self, path: Path) -> list[dict[str, Any]]:
+    def read_unlabeled(self, path: Path, skipped: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
         """CSV / TSV / JSONL with ``text_column`` (labels not needed) or plain text, one sentence per line;
         chosen by the file suffix."""
         fmt = table_format(path, "auto")
         if fmt in ("csv", "tsv", "jsonl"):
-            items = read_text_labels(path, self.text_column, None, fmt, self.id_column, self.encoding)
+            items = read_text_labels(path, self.text_column, None, fmt, self.id_column, self.encoding, skipped)
         else:
             items = read_lines(path, self.encoding)
         return self._with_tokens(items)

@@ -15,7 +15,9 @@ Formats (errors name ``file:line``; empty sentences are skipped, counted and log
 
 Labels and tags are named by :func:`seqattn.labels.label_name` (``1`` and ``1.0`` are one class; the
 count of cells renamed so is logged). Every reader takes an ``encoding`` (UTF-8 with or without a
-byte-order mark by default).
+byte-order mark by default), and a ``skipped`` list (prediction): malformed lines are recorded there as
+``("file:line", reason)`` and left out (a CoNLL-U sentence with a bad line is left out whole) instead of
+raising.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART
 UNLABELED = "_"
 
 
-def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8") -> list[dict[str, Any]]:
+def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8",
+                skipped: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """CoNLL-U file -> ``[{"tokens", "tags", "id", "where"}]`` (tags from ``upos`` or ``xpos``).
 
     Comment lines (``#``) are read for ``# sent_id``; multi-word token ranges (``3-4``) and
@@ -51,18 +54,18 @@ def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8")
     out: list[dict[str, Any]] = []
     tokens: list[str] = []
     tags: list[str] = []
-    sent_id, start, empty = None, None, 0
+    sent_id, start, empty, broken = None, None, 0, False
     names, blank_tags = LabelNames(), []  # blank_tags: lines of words with an empty tag field
 
     def flush() -> None:
-        nonlocal tokens, tags, sent_id, start, empty
-        if start is not None:
+        nonlocal tokens, tags, sent_id, start, empty, broken
+        if start is not None and not broken:
             if tokens:
                 out.append({"tokens": tokens, "tags": tags, "id": sent_id or f"{path.name}:{start}",
                             "where": f"{path}:{start}"})
             else:
                 empty += 1
-        tokens, tags, sent_id, start = [], [], None, None
+        tokens, tags, sent_id, start, broken = [], [], None, None, False
 
     for lineno, line in iter_lines(path, encoding, "CoNLL-U file"):
         line = line.rstrip("\r")
@@ -77,19 +80,15 @@ def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8")
                 sent_id = value.strip()
             continue
         fields = line.split("\t")
-        if len(fields) != 10:
-            raise ValueError(f"{path}:{lineno}: a CoNLL-U word line needs 10 tab-separated fields, got "
-                             f"{len(fields)}: {line[:80]!r}")
-        ident = fields[0]
-        if "-" in ident or "." in ident:
-            a, _, b = ident.replace(".", "-", 1).partition("-")
-            if not (a.isdigit() and b.isdigit()):
-                raise ValueError(f"{path}:{lineno}: bad word ID {ident!r} (expected 3, 3-4 or 3.1)")
+        problem = _word_line_problem(fields, line)
+        if problem:
+            if skipped is None:
+                raise ValueError(f"{path}:{lineno}: {problem}")
+            skipped.append((f"{path}:{lineno}", f"{problem} (its sentence is left out)"))
+            broken = True
+            continue
+        if "-" in fields[0] or "." in fields[0]:
             continue  # multi-word token range / empty node
-        if not ident.isdigit():
-            raise ValueError(f"{path}:{lineno}: bad word ID {ident!r} (expected 3, 3-4 or 3.1)")
-        if not fields[1]:
-            raise ValueError(f"{path}:{lineno}: empty word form")
         tokens.append(fields[1])
         tag = fields[field].strip()
         if not tag:
@@ -105,27 +104,36 @@ def read_conllu(path: str | Path, column: str = "upos", encoding: str = "utf-8")
     return out
 
 
+def _word_line_problem(fields: list[str], line: str) -> str | None:
+    """What is wrong with a CoNLL-U word line split at tabs, or None."""
+    if len(fields) != 10:
+        return f"a CoNLL-U word line needs 10 tab-separated fields, got {len(fields)}: {line[:80]!r}"
+    ident = fields[0]
+    a, _, b = ident.replace(".", "-", 1).partition("-")
+    if not (a.isdigit() and (b.isdigit() or ident == a)):
+        return f"bad word ID {ident!r} (expected 3, 3-4 or 3.1)"
+    if not fields[1]:
+        return "empty word form"
+    return None
+
 
 def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str = "tags",
-                     require_tags: bool = True, encoding: str = "utf-8") -> list[dict[str, Any]]:
+                     require_tags: bool = True, encoding: str = "utf-8",
+                     skipped: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """Token JSONL -> ``[{"tokens", "tags", "id", "where"}]``. Each line: ``{"tokens": [...], "tags": [...]}``
     (equal lengths); ``id`` optional; a ``null`` tag is unlabeled (``_``). Empty sentences are skipped
     and counted."""
     path = existing_file(path, "token JSONL file")
     out, empty, names = [], 0, LabelNames()
-    for lineno, where, raw in read_jsonl(path, encoding, "token JSONL file"):
-        if not isinstance(raw.get(tokens_key), list):
-            raise ValueError(f"{where}: expected an object with a list {tokens_key!r}")
-        bad = [w for w in raw[tokens_key] if not isinstance(w, (str, int, float)) or isinstance(w, bool)]
-        if bad:
-            raise ValueError(f"{where}: every token must be a string, got {bad[0]!r}")
+    for lineno, where, raw in read_jsonl(path, encoding, "token JSONL file", skipped):
+        problem = _token_record_problem(raw, tokens_key, tags_key, require_tags)
+        if problem:
+            if skipped is None:
+                raise ValueError(f"{where}: {problem}")
+            skipped.append((where, problem))
+            continue
         words = [str(w) for w in raw[tokens_key]]
         tags = raw.get(tags_key)
-        if tags is None and require_tags:
-            raise ValueError(f"{where}: missing {tags_key!r} (one tag per token)")
-        if tags is not None and (not isinstance(tags, list) or len(tags) != len(words)):
-            raise ValueError(f"{where}: {tags_key!r} must be a list as long as {tokens_key!r} "
-                             f"({len(words)} tokens)")
         if not words:
             empty += 1
             continue
@@ -138,8 +146,24 @@ def read_token_jsonl(path: str | Path, tokens_key: str = "tokens", tags_key: str
     return out
 
 
+def _token_record_problem(raw: dict[str, Any], tokens_key: str, tags_key: str, require_tags: bool) -> str | None:
+    """What is wrong with a token JSONL object, or None."""
+    if not isinstance(raw.get(tokens_key), list):
+        return f"expected an object with a list {tokens_key!r}"
+    bad = [w for w in raw[tokens_key] if not isinstance(w, (str, int, float)) or isinstance(w, bool)]
+    if bad:
+        return f"every token must be a string, got {bad[0]!r}"
+    tags = raw.get(tags_key)
+    if tags is None and require_tags:
+        return f"missing {tags_key!r} (one tag per token)"
+    if tags is not None and (not isinstance(tags, list) or len(tags) != len(raw[tokens_key])):
+        return f"{tags_key!r} must be a list as long as {tokens_key!r} ({len(raw[tokens_key])} tokens)"
+    return None
+
+
 def read_text_labels(path: str | Path, text_column: str = "text", label_column: str | None = "label",
-                     fmt: str = "auto", id_column: str | None = None, encoding: str = "utf-8") -> list[dict[str, Any]]:
+                     fmt: str = "auto", id_column: str | None = None, encoding: str = "utf-8",
+                     skipped: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """CSV / TSV / JSONL of sentences with labels -> ``[{"text", "label", "id", "where"}]``.
 
     ``label_column=None`` reads unlabeled text (``label`` None). A missing column, a missing label
@@ -152,12 +176,15 @@ def read_text_labels(path: str | Path, text_column: str = "text", label_column: 
     # a CSV / TSV header names both columns; a JSON object without the label says so below, at its line
     required = [text_column] + ([label_column] if label_column is not None and fmt != "jsonl" else [])
     records = read_records(path, fmt, encoding, required, "text file",
-                           hint="set data.text_column / data.label_column")
+                           hint="set data.text_column / data.label_column", skipped=skipped)
     out, empty, names = [], 0, LabelNames()
     for where, row in records:
         text = row.get(text_column)
         if text is not None and not isinstance(text, str):
-            raise ValueError(f"{where}: {text_column!r} must be a string, got {text!r}")
+            if skipped is None:
+                raise ValueError(f"{where}: {text_column!r} must be a string, got {text!r}")
+            skipped.append((where, f"{text_column!r} must be a string, got {text!r}"))
+            continue
         label = None
         if label_column is not None:
             value = row.get(label_column)
