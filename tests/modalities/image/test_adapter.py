@@ -214,3 +214,21 @@ def test_gradients_reach_the_learned_positions():
     adapter = ImageAdapter(8, positional="learned2d", grid=(4, 4))
     adapter(torch.rand(2, 3, 4, 4)).x.sum().backward()
     assert adapter.pos_table.grad is not None and adapter.pos_table.grad.abs().sum() > 0
+
+
+def test_sinusoidal_2d_table_is_the_1d_formula_of_the_row_then_of_the_column():
+    """Channel ``c < D/2``: the 1-D rule of width ``D/2`` at the row index; ``c >= D/2``: at the column
+    index: ``sin(p / 10000^(2i/(D/2)))`` at ``2i``, ``cos`` at ``2i + 1`` -- written out here."""
+    import math
+
+    height, width, dim = 5, 7, 16
+    table = sinusoidal_2d_table(height, width, dim, dtype=torch.float64).view(height, width, dim)
+    half = dim // 2
+
+    def one_d(p, c):
+        angle = p / 10000 ** (2 * (c // 2) / half)
+        return math.sin(angle) if c % 2 == 0 else math.cos(angle)
+
+    want = torch.tensor([[[one_d(r, c) for c in range(half)] + [one_d(col, c) for c in range(half)]
+                          for col in range(width)] for r in range(height)], dtype=torch.float64)
+    torch.testing.assert_close(table, want, atol=1e-12, rtol=0)
