@@ -115,6 +115,16 @@ def test_custom_csvs_with_split_column_and_edge_weights(tmp_path):
     assert dm.spec().sizes == {"node_features": 2, "edge_features": 1}
 
 
+def test_row_normalised_features_divide_each_node_by_its_sum(tmp_path):
+    """``data.normalize_features=row``: node c (age 3, score 0.2) becomes (3 / 3.2, 0.2 / 3.2)."""
+    nodes, edges = _small_graph(tmp_path)
+    dm = SocialDataModule(source="csv", nodes=str(nodes), edges=str(edges), data_dir=str(tmp_path),
+                          normalize_features="row")
+    dm.setup()
+    want = torch.tensor([[1, 0.5], [2, 0.1], [3, 0.2], [4, 0.3], [5, 0.4]])
+    torch.testing.assert_close(dm.graph.x, want / want.sum(1, keepdim=True))
+
+
 def test_custom_csvs_without_split_are_split_by_seed_and_columns_are_configurable(tmp_path):
     nodes = _write(tmp_path / "people.csv", "person,f1,community\n" + "".join(
         f"p{i},{i % 3},{'ab'[i % 2]}\n" for i in range(20)))
