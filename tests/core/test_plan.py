@@ -32,16 +32,16 @@ def _reference(q, k, v, struct, mask, scale=None):
 def _check(plan, q, k, v, struct, mask, expected_path, atol=2e-5):
     """The plan's output and input gradients equal ``math``'s on both branches of every kernel: the
     training call without weights (on CPU often a plain ``F.scaled_dot_product_attention``) and the
-    call with weights (the kernel's own weights or its logsumexp); with the default and with an
-    explicit ``scale``."""
+    call with weights (the kernel's own weights or its logsumexp), with the default ``scale``; and
+    the training call with an explicit one."""
     assert plan.path == expected_path, plan.describe()
     g = torch.Generator().manual_seed(7)
     probe = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=g)
     tensors = [t for t in (q, k, v) if t.requires_grad]
-    for scale in (None, 0.7):
+    for scale, branches in ((None, (False, True)), (0.7, (False,))):
         ref, ref_w = _reference(q, k, v, struct, mask, scale)
         want = torch.autograd.grad((ref * probe).sum(), tensors)
-        for need_weights in (False, True):
+        for need_weights in branches:
             out, weights = plan.attend(q, k, v, scale=scale, need_weights=need_weights)
             what = f"need_weights={need_weights}, scale={scale}"
             torch.testing.assert_close(out, ref, atol=atol, rtol=1e-4, msg=lambda m: f"{what}: {m}")
