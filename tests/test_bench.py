@@ -60,6 +60,23 @@ def test_core_suite_tiny(tmp_path):
     data = json.loads(js.read_text())
     assert {(c["impl"], c["length"]) for c in data["cells"]} == {(i, L) for i in IMPLS for L in LENGTHS}
     assert all(c["status"] == "ok" and c["time_ms"] > 0 and c["repeats"] == 1 for c in data["cells"])
+    assert all(c["times_ms"] == [c["time_ms"]] for c in data["cells"])  # one repeat: its time is the time
+    # the ratio columns and the target line are the ratios of the cells' times
+    time = {(c["impl"], c["length"]): c["time_ms"] for c in data["cells"]}
+    header, body = _parse_table(out.read_text())
+    ratios = {}
+    for row in body:
+        length = int(row[0])
+        for impl in IMPLS:  # the table shows the JSON's times
+            assert float(row[header.index(f"{impl} ms")]) == pytest.approx(time[(impl, length)], abs=0.051)
+        ratios[length] = time[("seqattn_sdpa", length)] / time[("torch_mha", length)]
+        assert float(row[header.index("sdpa/torch_mha time")].rstrip("x")) == pytest.approx(ratios[length], abs=0.006)
+        speed_up = time[("naive", length)] / time[("seqattn_sdpa", length)]
+        assert float(row[header.index("naive/sdpa time (speed-up)")].rstrip("x")) == pytest.approx(speed_up, abs=0.006)
+    (target,) = [t for t in data["targets"] if t.startswith("target sdpa time <= 1.05x torch_mha")]
+    worst = max(ratios, key=ratios.get)
+    assert f"worst {ratios[worst]:.2f}x at L={worst}" in target
+    assert target.split(": ", 1)[1].startswith("met" if ratios[worst] <= 1.05 else "missed")
 
 
 def test_core_suite_structure_cells_tiny(tmp_path):

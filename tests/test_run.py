@@ -8,7 +8,7 @@ import torch
 
 from seqattn.objectives import SequenceLabeling
 from seqattn.run import train
-from tests.workflows import accuracy_from_confusion, macro_f1_from_confusion
+from tests.workflows import accuracy_from_confusion, macro_f1_from_confusion, majority_accuracy
 
 TINY = [
     "task=speech",
@@ -22,14 +22,6 @@ TINY = [
     "trainer.enable_model_summary=false",
     "callbacks.early_stopping=null",
 ]
-
-
-def _majority_accuracy(datamodule) -> float:
-    counts = torch.zeros(datamodule.num_classes)
-    for batch in datamodule.test_dataloader():
-        labels = batch["labels"][batch["labels"] >= 0]
-        counts += torch.bincount(labels, minlength=datamodule.num_classes)
-    return float(counts.max() / counts.sum())
 
 
 def test_speech_recipe_learns_and_writes_its_artefacts(compose_cfg):
@@ -50,7 +42,7 @@ def test_speech_recipe_learns_and_writes_its_artefacts(compose_cfg):
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("test")
-    majority = _majority_accuracy(datamodule)
+    majority = majority_accuracy(datamodule)
     assert metrics["test/acc"] > majority + 0.15, (metrics["test/acc"], majority)
 
     # the checkpoint rebuilds the model without Hydra and carries labels and the run config

@@ -12,7 +12,7 @@ from PIL import Image
 from seqattn.objectives import SequenceClassification
 from seqattn.objectives.predictions import prediction_rows
 from seqattn.run import train
-from tests.workflows import accuracy_from_confusion
+from tests.workflows import accuracy_from_confusion, checkpoint_accuracy, majority_accuracy
 
 DATA = [
     "task=image",
@@ -75,12 +75,19 @@ def test_image_recipe_learns_writes_figures_and_predicts(compose_cfg, tmp_path):
 
 
 def test_cnn_and_local_window_run_through_the_same_recipe(compose_cfg):
-    metrics = train(compose_cfg(DATA + ["model=cnn", "model.dim=32", "model.depth=2", "trainer.max_epochs=2"],
-                                run="cnn"))
+    cfg = compose_cfg(DATA + ["model=cnn", "model.dim=32", "model.depth=2", "trainer.max_epochs=2"], run="cnn")
+    metrics = train(cfg)
     assert metrics["encoder"] == "ConvEncoder" and Path(metrics["figure"]).is_file()
+    datamodule = instantiate(cfg.data)  # the same test images for both runs
+    majority = majority_accuracy(datamodule)
+    print("cnn test accuracy", metrics["test/acc"], "majority", majority)
+    assert metrics["test/acc"] > majority + 0.05  # it learned
+    assert metrics["test/acc"] == pytest.approx(checkpoint_accuracy(metrics["best_checkpoint"], datamodule), abs=1e-6)
     metrics = train(compose_cfg(TINY + ["adapter.window=3", "head.pooling=cls", "trainer.max_epochs=2"],
                                 run="local"))
     assert metrics["encoder"] == "Encoder"
+    # two epochs of a local window learn little: the tested network is the checkpoint's, with its window
+    assert metrics["test/acc"] == pytest.approx(checkpoint_accuracy(metrics["best_checkpoint"], datamodule), abs=1e-6)
     assert metrics["test/acc"] == pytest.approx(accuracy_from_confusion(metrics["confusion_matrix"]), abs=1e-6)
 
 

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from seqattn.objectives import SequenceClassification, SequenceLabeling
 from seqattn.objectives.predictions import prediction_rows
 from seqattn.run import train
-from tests.workflows import accuracy_from_confusion, macro_f1_from_confusion
+from tests.workflows import accuracy_from_confusion, checkpoint_accuracy, macro_f1_from_confusion, majority_accuracy
 
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "callbacks.early_stopping=null"]
 TAGGING = ["task=text_tagging", "data.synth.n_train=500", "data.synth.n_val=60", "data.synth.n_test=120",
@@ -90,12 +90,16 @@ def test_tagging_recipe_learns_and_its_checkpoint_tags_raw_words(compose_cfg, tm
 
 
 def test_tagging_baselines_run_through_the_same_recipe(compose_cfg):
+    majority = None
     for name, encoder in (("window_mlp", "WindowMLP"), ("bilstm", "BiLSTM")):
         overrides = [o for o in TAGGING if not o.startswith("model.heads")]
         cfg = compose_cfg([*overrides, f"model={name}", "model.dim=32", "trainer.max_epochs=2"], run=name)
         metrics = train(cfg)
         assert metrics["encoder"] == encoder
         assert "test/acc_far" in metrics and Path(metrics["figure"]).is_file()
+        majority = majority or majority_accuracy(instantiate(cfg.data))
+        print(name, "test accuracy", metrics["test/acc"], "majority tag", majority)
+        assert metrics["test/acc"] > majority + 0.1  # it learned: well above tagging every word with the commonest tag
 
 
 def test_classification_recipe_learns_and_predicts_raw_text(compose_cfg, tmp_path):
@@ -126,6 +130,18 @@ def test_classification_pooling_by_config(compose_cfg, pooling):
     metrics = train(cfg)
     model = SequenceClassification.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu")
     assert model.net.global_token is None and model.net.head.pooling == pooling
+    # one epoch does not learn much: what is checked is that the pooled network that was tested is the
+    # checkpoint's, and that pooling ignores padding (an item scores the same alone as in a padded batch)
+    datamodule = instantiate(cfg.data)
+    assert metrics["test/acc"] == pytest.approx(checkpoint_accuracy(metrics["best_checkpoint"], datamodule), abs=1e-6)
+    model.eval()
+    items = [datamodule.datasets["test"][i] for i in range(4)]
+    batch = datamodule.test_dataloader().collate_fn(items)
+    assert len({len(w) for w in batch["words"]}) > 1  # the items differ in length: padding in the batch
+    with torch.no_grad():
+        together = model.net(batch)["logits"]
+        alone = torch.cat([model.net(datamodule.test_dataloader().collate_fn([it]))["logits"] for it in items])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.slow

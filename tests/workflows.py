@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from seqattn.configs import task_names
@@ -147,3 +148,32 @@ def accuracy_from_confusion(matrix) -> float:
 
     m = torch.as_tensor(matrix, dtype=torch.float64)
     return float(m.diagonal().sum() / m.sum())
+
+
+def majority_accuracy(datamodule, stage: str = "test") -> float:
+    """The accuracy of always answering the commonest label of ``stage`` (a chance baseline computed
+    from the data: labels ``>= 0`` of its batches)."""
+    datamodule.setup(stage)
+    loader = getattr(datamodule, f"{stage}_dataloader")()
+    counts = torch.zeros(datamodule.num_classes)
+    for batch in loader:
+        labels = batch["labels"][batch["labels"] >= 0]
+        counts += torch.bincount(labels.flatten(), minlength=datamodule.num_classes)
+    return float(counts.max() / counts.sum())
+
+
+def checkpoint_accuracy(checkpoint: str | Path, datamodule, stage: str = "test") -> float:
+    """The accuracy of ``checkpoint``'s network on ``stage``'s batches, counted here (argmax of the
+    logits against labels ``>= 0``): what the run's ``<stage>/acc`` must equal."""
+    from seqattn.training.checkpoint import build_model
+
+    model = build_model(checkpoint)
+    datamodule.setup(stage)
+    right = total = 0
+    with torch.no_grad():
+        for batch in getattr(datamodule, f"{stage}_dataloader")():
+            labels = batch["labels"]
+            keep = labels >= 0
+            right += int((model.net(batch)["logits"].argmax(-1)[keep] == labels[keep]).sum())
+            total += int(keep.sum())
+    return right / total

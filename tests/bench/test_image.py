@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -23,6 +25,18 @@ def test_image_suite_tiny(tmp_path):
     assert [r.split("|")[2].strip() for r in rows[1:]] == ["256", "1024", "64"]
     results = json.loads(js.read_text())["results"]
     assert len(results) == 9 and all(r["images_per_s"] > 0 and r["steps"] >= 2 for r in results)
+    layouts = ["pixels16", "pixels32", "patches32"]
+    assert {(r["layout"], r["encoder"]) for r in results} == {(lay, e) for lay in layouts for e in ("sdpa", "math", "cnn")}
+    speed = {(r["layout"], r["encoder"]): r["images_per_s"] for r in results}
+    for r in results:  # images per second is the batch over the step time
+        assert r["images_per_s"] == pytest.approx(2 / (r["step_ms"] / 1000), rel=1e-6)
+        assert r["tokens"] == {"pixels16": 256, "pixels32": 1024, "patches32": 64}[r["layout"]]
+    for layout, row in zip(layouts, rows[1:]):  # the table shows the JSON's numbers, and their ratio
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        for col, encoder in ((2, "sdpa"), (3, "math"), (4, "cnn")):
+            assert float(cells[col]) == pytest.approx(speed[(layout, encoder)], abs=0.051)
+        ratio = speed[(layout, "sdpa")] / speed[(layout, "math")]
+        assert float(cells[5].rstrip("×")) == pytest.approx(ratio, abs=0.006)
 
 
 def test_image_suite_rejects_an_unknown_layout():

@@ -11,6 +11,7 @@ from seqattn.core.attention_plan import KERNEL_OF_PATH, PATHS
 from seqattn.core.flex import structure_mask_mod
 from seqattn.core.masks import structure_mask
 from seqattn.core.plan import plan_layer
+from tests.core.structure_by_hand import allowed_by_hand
 
 DIM, HEADS, EDGE_DIM = 16, 4, 3
 
@@ -198,14 +199,15 @@ def test_plan_without_running_the_layers_and_its_one_line_summary(monkeypatch):
                                        dict(grid=(4, 5), grid_window=3, num_global=2),
                                        dict(grid=(4, 5), grid_window=3, window=6)])
 def test_the_flex_mask_mod_follows_the_same_rules_as_structure_mask(structure):
-    """One encoding of the rules: the FlexAttention mask_mod and the dense structure mask agree on every pair."""
+    """The FlexAttention mask_mod allows exactly the pairs of the rules written out by hand (not
+    structure_mask: both are built on structure_allows)."""
     length = 20 + structure.get("num_global", 0)
     mask = _lengths_mask([length, length - 5], length)
     mod = structure_mask_mod(length, mask=mask, **structure)
     idx = torch.arange(length)
     for b in range(2):
         got = mod(torch.tensor(b), torch.tensor(0), idx[:, None], idx[None, :])
-        want = structure_mask(length, **structure) & mask[b][None, :] | ~mask[b][:, None]
+        want = allowed_by_hand(length, **structure) & mask[b][None, :] | ~mask[b][:, None]
         assert torch.equal(got, want)
 
 

@@ -20,29 +20,40 @@ def _lengths_mask(lengths, length):
     return torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]  # [B, L]
 
 
-def _reference(q, k, v, struct, mask):
+def _reference(q, k, v, struct, mask, scale=None):
     """math with the structure AND key padding, and padded queries as rows with nothing allowed."""
     ref = struct
     if mask is not None:
         pad = mask[:, None, None, :] & mask[:, None, :, None]  # [B, 1, L, S]
         ref = pad if ref is None else (ref & pad if ref.dtype == torch.bool else ref.masked_fill(~pad, float("-inf")))
-    return math_attention(q, k, v, ref)
+    return math_attention(q, k, v, ref, 0.0, scale)
 
 
 def _check(plan, q, k, v, struct, mask, expected_path, atol=2e-5):
+    """The plan's output and input gradients equal ``math``'s on both branches of every kernel: the
+    training call without weights (on CPU often a plain ``F.scaled_dot_product_attention``) and the
+    call with weights (the kernel's own weights or its logsumexp), with the default ``scale``; and
+    the training call with an explicit one."""
     assert plan.path == expected_path, plan.describe()
     g = torch.Generator().manual_seed(7)
     probe = torch.randn(q.shape[:-1] + (v.shape[-1],), generator=g)
-    out, weights = plan.attend(q, k, v, need_weights=True)
-    ref, ref_w = _reference(q, k, v, struct, mask)
-    torch.testing.assert_close(out, ref, atol=atol, rtol=1e-4)
-    torch.testing.assert_close(weights, ref_w.detach(), atol=atol, rtol=1e-4)
     tensors = [t for t in (q, k, v) if t.requires_grad]
-    got = torch.autograd.grad((out * probe).sum(), tensors)
-    want = torch.autograd.grad((ref * probe).sum(), tensors)
-    for a, b in zip(got, want):
-        assert torch.isfinite(a).all()
-        torch.testing.assert_close(a, b, atol=atol, rtol=1e-4)
+    for scale, branches in ((None, (False, True)), (0.7, (False,))):
+        ref, ref_w = _reference(q, k, v, struct, mask, scale)
+        want = torch.autograd.grad((ref * probe).sum(), tensors)
+        for need_weights in branches:
+            out, weights = plan.attend(q, k, v, scale=scale, need_weights=need_weights)
+            what = f"need_weights={need_weights}, scale={scale}"
+            torch.testing.assert_close(out, ref, atol=atol, rtol=1e-4, msg=lambda m: f"{what}: {m}")
+            if need_weights:
+                torch.testing.assert_close(weights, ref_w.detach(), atol=atol, rtol=1e-4,
+                                           msg=lambda m: f"{what}: {m}")
+            else:
+                assert weights is None
+            got = torch.autograd.grad((out * probe).sum(), tensors)
+            for a, b in zip(got, want):
+                assert torch.isfinite(a).all(), what
+                torch.testing.assert_close(a, b, atol=atol, rtol=1e-4, msg=lambda m: f"{what}: {m}")
 
 
 @pytest.fixture(params=["flash", "flash_one_block_per_chunk", "autograd"])
@@ -164,15 +175,18 @@ def test_biased_graph_path_equals_math_with_the_bias_gradient(n):
                           edge_bias=bias, graph_path="dense")
     assert plan.path == "biased"
     probe = torch.randn(b, h, n, d)
-    out, weights = plan.attend(q, k, v, need_weights=True)
-    dense = edges_to_dense(edge_index, bias, b, n, h, torch.float32)  # the reference: bias inside the dense mask
-    ref, ref_w = _reference(q, k, v, dense, mask)
-    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
-    torch.testing.assert_close(weights, ref_w.detach(), atol=2e-5, rtol=1e-4)
-    got = torch.autograd.grad((out * probe).sum(), (q, k, v, bias))
-    want = torch.autograd.grad((ref * probe).sum(), (q, k, v, bias))
-    for a, w in zip(got, want):
-        torch.testing.assert_close(a, w, atol=2e-5, rtol=1e-4)
+    for scale in (None, 0.7):
+        dense = edges_to_dense(edge_index, bias, b, n, h, torch.float32)  # the reference: bias inside the dense mask
+        ref, ref_w = _reference(q, k, v, dense, mask, scale)
+        want = torch.autograd.grad((ref * probe).sum(), (q, k, v, bias))
+        for need_weights in (False, True):  # the training call and the call with weights
+            out, weights = plan.attend(q, k, v, scale=scale, need_weights=need_weights)
+            torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+            if need_weights:
+                torch.testing.assert_close(weights, ref_w.detach(), atol=2e-5, rtol=1e-4)
+            got = torch.autograd.grad((out * probe).sum(), (q, k, v, bias))
+            for a, w in zip(got, want):
+                torch.testing.assert_close(a, w, atol=2e-5, rtol=1e-4)
     assert (out[0, :, 4] == 0).all()  # the node without incoming edges gets zeros, not NaN
 
 
@@ -186,9 +200,10 @@ def test_edge_path_drops_padded_sources_once_and_equals_math():
     plan = plan_attention(b, n, heads=h, dim=h * d, device=q.device, mask=mask, edge_index=edge_index,
                           edge_bias=bias, graph_path="edge")
     assert plan.path == "edge" and plan.edge_index.shape[1] == edge_index.shape[1] - 1
-    out, _ = plan.attend(q, k, v)
-    ref, _ = _reference(q, k, v, edges_to_dense(edge_index, bias, b, n, h, torch.float32), mask)
-    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    for scale in (None, 0.7):
+        out, _ = plan.attend(q, k, v, scale=scale)
+        ref, _ = _reference(q, k, v, edges_to_dense(edge_index, bias, b, n, h, torch.float32), mask, scale)
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
 
 
 def test_dense_attn_mask_with_dead_rows():

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -60,10 +61,66 @@ def _write(tmp_path: Path, name: str, data: bytes | str) -> Path:
     return path
 
 
+def _plain(reader: str, result) -> list:
+    """A reader's result as plain rows, to compare with the rows written out by hand below."""
+    if reader.startswith("table"):
+        return [(line, row) for line, row in result.rows]
+    if reader == "jsonl":
+        return [(line, obj) for line, _, obj in result]
+    if reader in ("conllu", "token_jsonl"):
+        return [(r["tokens"], r["tags"], r["where"].rsplit("/", 1)[-1]) for r in result]
+    if reader.startswith("text_labels"):
+        return [(r["text"], r["label"], r["where"].rsplit("/", 1)[-1]) for r in result]
+    if reader == "lines":
+        return [(r["text"], r["where"].rsplit("/", 1)[-1]) for r in result]
+    if reader.startswith("smiles"):
+        return [(r["smiles"], r["id"], list(r["targets"])) for r in result]
+    if reader == "node_csv":
+        return [result.ids, result.x.tolist(), result.feature_names, result.labels, result.splits]
+    if reader == "edge_csv":
+        edge_index, attr = result
+        return [edge_index.tolist(), None if attr is None else attr.tolist()]
+    if reader == "label_file":
+        return list(result)
+    if reader == "word_vectors":
+        vectors, dim = result
+        return [dim, {w: [round(x, 6) for x in v.tolist()] for w, v in vectors.items()}]
+    raise AssertionError(reader)
+
+
+# reader -> a valid file of two items (a comment / blank line where the format has them), and the rows
+# it must give, written out by hand
+TWO_ITEMS: dict[str, tuple[str, list]] = {
+    "table_csv": ("a,b\n1,2\n3,4\n", [(2, {"a": "1", "b": "2"}), (3, {"a": "3", "b": "4"})]),
+    "table_tsv": ("a\tb\n1\t2\n3\t4\n", [(2, {"a": "1", "b": "2"}), (3, {"a": "3", "b": "4"})]),
+    "jsonl": ('{"a": 1}\n\n{"a": [2, "x"]}\n', [(1, {"a": 1}), (3, {"a": [2, "x"]})]),
+    "text_labels_csv": ("text,label\ngood film,pos\ndull,neg\n",
+                        [("good film", "pos", "r.csv:2"), ("dull", "neg", "r.csv:3")]),
+    "text_labels_tsv": ("text\tlabel\ngood film\tpos\ndull\tneg\n",
+                        [("good film", "pos", "r.tsv:2"), ("dull", "neg", "r.tsv:3")]),
+    "text_labels_jsonl": ('{"text": "good", "label": "pos"}\n{"text": "bad", "label": "neg"}\n',
+                          [("good", "pos", "r.jsonl:1"), ("bad", "neg", "r.jsonl:2")]),
+    "token_jsonl": ('{"tokens": ["I", "saw"], "tags": ["PRON", "VERB"]}\n{"tokens": ["go"], "tags": ["VERB"]}\n',
+                    [(["I", "saw"], ["PRON", "VERB"], "k.jsonl:1"), (["go"], ["VERB"], "k.jsonl:2")]),
+    "conllu": ("# sent_id = 1\n1\tI\tI\tPRON\t_\t_\t0\t_\t_\t_\n2\tsaw\tsee\tVERB\t_\t_\t0\t_\t_\t_\n\n"
+               "1\tgo\tgo\tVERB\t_\t_\t0\t_\t_\t_\n\n",
+               [(["I", "saw"], ["PRON", "VERB"], "c.conllu:1"), (["go"], ["VERB"], "c.conllu:5")]),
+    "lines": ("one sentence\n\ntwo words\n", [("one sentence", "l.txt:1"), ("two words", "l.txt:3")]),
+    "smiles_csv": ("smiles,y\nCCO,1.5\nc1ccccc1,-2\n", [("CCO", "CCO", [1.5]), ("c1ccccc1", "c1ccccc1", [-2.0])]),
+    "smiles_lines": ("CCO ethanol\nC methane\n", [("CCO", "ethanol", []), ("C", "methane", [])]),
+    "node_csv": ("id,f,label\na,1,x\nb,2.5,y\n", [["a", "b"], [[1.0], [2.5]], ["f"], ["x", "y"], [None, None]]),
+    "edge_csv": ("source,target\na,b\nb,a\n", [[[0, 1], [1, 0]], None]),
+    "label_file": ("0\t0.3\tx\n0.3\t0.5\ty\n", [(0.0, 0.3, "x"), (0.3, 0.5, "y")]),
+    "word_vectors": ("the 0.1 0.2\ncat -1 3\n", [2, {"the": [0.1, 0.2], "cat": [-1.0, 3.0]}]),
+}
+
+
 @pytest.mark.parametrize("reader", NAMED)
 def test_valid_input_reads(reader, tmp_path):
-    name, text, read = READERS[reader]
-    assert read(_write(tmp_path, name, text)) is not None
+    """The reader gives exactly the items of the file (count, content, order, ``file:line``)."""
+    name, _, read = READERS[reader]
+    two, want = TWO_ITEMS[reader]
+    assert _plain(reader, read(_write(tmp_path, name, two))) == want
 
 
 @pytest.mark.parametrize("reader", NAMED)
@@ -290,12 +347,73 @@ FUZZED = ["table_csv", "table_tsv", "jsonl", "text_labels_csv", "text_labels_jso
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.one_of(st.binary(max_size=200),
                       st.text(alphabet=st.sampled_from(list(',\t"\n\r{}[]:#1a x_-.\ufeff\\')), max_size=120)
-                      .map(lambda s: s.encode("utf-8"))))
-def test_any_bytes_give_a_result_or_a_value_error(reader, data, tmp_path):
-    name, _, read = READERS[reader]
+                      .map(lambda s: s.encode("utf-8"))),
+       after_valid=st.booleans())
+def test_any_bytes_give_a_result_or_a_value_error(reader, data, after_valid, tmp_path):
+    """Any bytes (alone, or after the reader's valid example so that many reads succeed): a
+    ``ValueError``, or a result of the reader's documented shape."""
+    name, valid, read = READERS[reader]
     path = tmp_path / name
-    path.write_bytes(data)
+    path.write_bytes(valid.encode("utf-8") + data if after_valid else data)
     try:
-        read(path)
+        result = read(path)
     except ValueError:
-        pass
+        return
+    RESULT_SHAPE[reader](result)
+
+
+def _records(result, keys: dict[str, type]) -> None:
+    assert isinstance(result, list)
+    for r in result:
+        for key, kind in keys.items():
+            assert isinstance(r[key], kind), (key, r)
+        assert re.search(r":\d+$", r["where"]), r
+
+
+def _tagged(result) -> None:
+    _records(result, {"tokens": list, "tags": list, "where": str})
+    for r in result:
+        assert len(r["tokens"]) == len(r["tags"]) >= 1 and all(isinstance(t, str) for t in r["tokens"]), r
+
+
+def _table(result) -> None:
+    assert all(isinstance(h, str) for h in result.header) and len(set(result.header)) == len(result.header)
+    lines = [line for line, _ in result.rows]
+    assert lines == sorted(lines) and all(line >= 2 for line in lines)
+    assert all(list(row) == result.header for _, row in result.rows)
+
+
+def _nodes(result) -> None:
+    n = len(result.ids)
+    assert n >= 1 and len(set(result.ids)) == n
+    assert result.x.shape == (n, len(result.feature_names)) and torch.isfinite(result.x).all()
+    assert len(result.labels) == len(result.splits) == len(result.where) == n
+
+
+def _edges(result) -> None:
+    edge_index, attr = result
+    assert edge_index.dtype == torch.long and edge_index.shape[0] == 2 and edge_index.shape[1] >= 1
+    assert ((edge_index == 0) | (edge_index == 1)).all()  # only the two nodes the test names
+    assert attr is None or attr.shape[0] == edge_index.shape[1]
+
+
+def _segments(result) -> None:
+    for start, end, label in result:
+        assert 0 <= start < end and isinstance(label, str) and label.strip() == label != ""
+
+
+def _smiles(result) -> None:
+    _records(result, {"smiles": str, "targets": list, "where": str})
+    assert all(len(r["targets"]) == 1 for r in result)
+
+
+# reader -> what a successful read of any bytes must look like
+RESULT_SHAPE: dict[str, Callable[[object], None]] = {
+    "table_csv": _table, "table_tsv": _table,
+    "jsonl": lambda r: all(isinstance(line, int) and where.endswith(f":{line}") for line, where, _ in r),
+    "text_labels_csv": lambda r: _records(r, {"text": str, "label": str, "where": str}),
+    "text_labels_jsonl": lambda r: _records(r, {"text": str, "label": str, "where": str}),
+    "token_jsonl": _tagged, "conllu": _tagged,
+    "smiles_csv": _smiles, "node_csv": _nodes, "edge_csv": _edges, "label_file": _segments,
+    "lines": lambda r: _records(r, {"text": str, "where": str}),
+}

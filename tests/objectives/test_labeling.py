@@ -163,3 +163,20 @@ def test_f1_is_macro_over_classes_checked_against_a_count_by_hand():
     assert float(result["f1"]) == pytest.approx(macro_f1_from_confusion(matrix), abs=1e-6)
     assert float(result["acc"]) == pytest.approx(float((preds == targets).float().mean()), abs=1e-6)
     assert abs(float(result["f1"]) - float(result["acc"])) > 0.02  # micro would equal the accuracy
+
+
+def test_label_smoothing_is_the_smoothed_cross_entropy_written_out():
+    """``objective.label_smoothing=e``: per real token ``(1 - e) * (-log p_y) + e * mean_c(-log p_c)``,
+    averaged over real tokens (padding out), computed here from the log-probabilities."""
+    eps = 0.2
+    model = SequenceLabeling(net=NET, labels=["a", "b", "c"], label_smoothing=eps)
+    batch = _batch()
+    out = model(batch)
+    real = batch["labels"] != IGNORE_INDEX
+    logp = out["logits"][real].log_softmax(-1)  # [N, C]
+    y = batch["labels"][real]
+    want = ((1 - eps) * -logp[torch.arange(len(y)), y] + eps * -logp.mean(-1)).mean()
+    torch.testing.assert_close(model.loss(out, batch), want)
+    plain = SequenceLabeling(net=NET, labels=["a", "b", "c"])
+    plain.load_state_dict(model.state_dict())
+    assert not torch.allclose(plain.loss(plain(batch), batch), want)  # the option changes the loss

@@ -136,3 +136,23 @@ def test_load_audio_errors(tmp_path):
     sf.write(empty, np.zeros(0), SR)
     with pytest.raises(ValueError, match=r"empty\.wav is empty"):
         load_audio(empty, SR)
+
+
+def test_logmel_and_mfcc_are_the_framed_power_spectrum_written_out():
+    """Frame ``f`` is samples ``f·hop .. f·hop + win`` (win 25 ms, hop 12 ms here), Hann-windowed; log-mel =
+    ``log(|rfft|² @ mel filters + 1e-6)``; MFCC = the orthonormal DCT-II of the log-mel (scipy), its first
+    ``n_mfcc`` coefficients."""
+    import torchaudio
+    from scipy.fft import dct
+
+    sr, win, hop, n_mels = 8000, 200, 96, 12
+    wav = torch.randn(1, 1500, generator=torch.Generator().manual_seed(0))
+    logmel, _ = AudioFeatures(sr, 25.0, 12.0, "logmel", n_mels=n_mels, normalize=False)(wav)
+    frames = torch.stack([wav[0, f * hop: f * hop + win] for f in range(num_frames(1500, win, hop))])  # [F, win]
+    power = torch.fft.rfft(frames * torch.hann_window(win), dim=-1).abs() ** 2  # [F, win/2 + 1]
+    filters = torchaudio.functional.melscale_fbanks(win // 2 + 1, 0.0, sr / 2, n_mels, sr)  # [freqs, n_mels]
+    torch.testing.assert_close(logmel[0], torch.log(power @ filters + 1e-6), atol=1e-4, rtol=1e-4)
+    mfcc, _ = AudioFeatures(sr, 25.0, 12.0, "mfcc", n_mels=n_mels, n_mfcc=7, normalize=False)(wav)
+    want = dct(logmel[0].double().numpy(), type=2, norm="ortho", axis=-1)[:, :7]
+    assert mfcc.shape[-1] == 7
+    torch.testing.assert_close(mfcc[0].double(), torch.from_numpy(want), atol=1e-4, rtol=1e-4)

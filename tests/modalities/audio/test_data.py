@@ -13,15 +13,9 @@ import torch
 
 from seqattn.modalities.audio.adapter import AudioAdapter
 from seqattn.modalities.audio.features import num_frames
-from seqattn.datakit.splits import split
 from seqattn.modalities.audio.data import FrameLabelDataset, SpeechDataModule, collate_frames
 from seqattn.modalities.audio.manifest import read_label_file, read_manifest
 
-
-def split_items(items, val_fraction, test_fraction, seed):
-    """The speech data's split: a manifest's own split column, else by speaker."""
-    return split(items, val_fraction, test_fraction, seed, given=lambda it: it["split"],
-                 group=lambda it: it["speaker"], where=lambda it: it["where"])
 from seqattn.modalities.audio.corpus import PHONES
 
 SR = 16000
@@ -124,15 +118,21 @@ def test_dataset_and_collate(user_data):
 
 
 def test_random_split_is_by_speaker(user_data):
-    items = read_manifest(user_data)
-    splits = split_items(items, 0.34, 0.34, seed=0)
-    where = {}
-    for name, part in splits.items():
-        assert part, name
-        for it in part:
-            where.setdefault(it["speaker"], set()).add(name)
-    assert all(len(s) == 1 for s in where.values())
-    assert split_items(items, 0.34, 0.34, seed=0) == splits  # deterministic
+    """The DataModule's own split of a manifest without a split column: each speaker's utterances in one
+    split (three speakers, fractions 0.34: one speaker each), the same split again for the same seed."""
+    def splits(seed):
+        dm = SpeechDataModule(source="manifest", manifest=str(user_data), val_fraction=0.34, test_fraction=0.34,
+                              default_label="sil", seed=seed)
+        dm.setup()
+        return {name: sorted((it["speaker"], it["id"]) for it in dm.datasets[name].items)
+                for name in ("train", "val", "test")}
+
+    parts = splits(0)
+    speakers = {name: {spk for spk, _ in part} for name, part in parts.items()}
+    assert all(len(s) == 1 for s in speakers.values()), speakers
+    assert set().union(*speakers.values()) == {"s0", "s1", "s2"}
+    assert sum(len(p) for p in parts.values()) == 6 and all(len(p) == 2 for p in parts.values())
+    assert splits(0) == parts  # deterministic
 
 
 def test_datamodule_on_user_manifest(user_data, caplog):

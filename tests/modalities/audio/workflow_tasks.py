@@ -56,7 +56,7 @@ TASKS = {
     "speech": Task(overrides=["task=speech", *_SPEECH_SYNTH], predict_inputs=_speech_inputs, file_source=_speech_files),
     "speech_cls": Task(
         overrides=["task=speech_cls", "data.synth.words=[kasu,tami,puni,shafi]", "data.synth.n_train_speakers=4",
-                   "data.synth.n_val_speakers=1", "data.synth.n_test_speakers=1",
+                   "data.synth.n_val_speakers=1", "data.synth.n_test_speakers=2",
                    "data.synth.clips_per_word={train:4,val:2,test:3}", "data.batch_size=16", "model.dim=32",
                    "model.depth=2", "model.heads=2", "trainer.max_epochs=6"],
         predict_inputs=_clip_inputs,

@@ -416,3 +416,32 @@ def test_propagated_features_equal_gcn_normalised_powers_of_the_adjacency():
     assert adapter(x, mask, edge_index).x.shape == (2, n, 8)
     with pytest.raises(ValueError, match="propagate"):
         GraphAdapter(dim=8, node_features=f, propagate=-1)
+
+
+def test_feature_dropout_drops_raw_node_features_in_training_only():
+    """``adapter.feature_dropout=p``: in training, each raw feature is zeroed (the rest scaled by 1/(1-p))
+    before the projection, so the tokens equal the projection of the dropped features; in eval, none."""
+    from seqattn.modalities.graph.adapter import GraphAdapter
+
+    torch.manual_seed(0)
+    n, f = 6, 5
+    x = torch.randn(1, n, f) + 3.0  # no feature is 0 by chance
+    mask = torch.ones(1, n, dtype=torch.bool)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
+    adapter = GraphAdapter(dim=8, node_features=f, heads=1, feature_dropout=0.5, distance_bias=False)
+    plain = GraphAdapter(dim=8, node_features=f, heads=1, distance_bias=False)
+    plain.load_state_dict(adapter.state_dict())
+    torch.testing.assert_close(adapter.eval()(x, mask, edge_index).x, plain.eval()(x, mask, edge_index).x)
+    adapter.train()
+    seen = {}
+
+    def record(module, inputs):
+        seen["x"] = inputs[0]
+
+    handle = adapter.node_proj.register_forward_pre_hook(record)
+    adapter(x, mask, edge_index)
+    handle.remove()
+    dropped = seen["x"][0]  # [N, F] what the projection read
+    zero = dropped == 0
+    assert 0 < zero.sum() < zero.numel()
+    torch.testing.assert_close(dropped[~zero], x[0][~zero] * 2.0)

@@ -80,6 +80,28 @@ def _dm(path, tmp_path, **kw) -> MoleculeDataModule:
                               data_dir=str(tmp_path / "cache"), batch_size=8, **kw)
 
 
+def test_target_statistics_are_the_training_rows_mean_and_sample_std_written_out(tmp_path):
+    """Standardisation uses the train split's mean and (n - 1) std, numbers worked out by hand here; val /
+    test rows (far-off values) and missing labels do not enter; they reach the spec and the objective."""
+    from seqattn.objectives import PropertyPrediction
+
+    rows = [("C", 1.0, "train"), ("CC", 2.0, "train"), ("CCC", 4.0, "train"), ("CCCC", 9.0, "train"),
+            ("CO", None, "train"), ("CCO", 100.0, "val"), ("CCCO", -50.0, "test")]
+    path = tmp_path / "m.csv"
+    path.write_text("smiles,y,split\n" + "".join(f"{m},{'' if y is None else y},{sp}\n" for m, y, sp in rows))
+    dm = MoleculeDataModule(source="csv", path=str(path), target_columns=["y"], split_column="split",
+                            data_dir=str(tmp_path / "cache"), cache=False, batch_size=4)
+    dm.setup()
+    mean, std = 4.0, math.sqrt((9 + 4 + 0 + 25) / 3)  # (1, 2, 4, 9): mean 4, squared deviations 9, 4, 0, 25
+    assert dm.target_mean == [pytest.approx(mean)] and dm.target_std == [pytest.approx(std)]
+    spec = dm.spec()
+    assert list(spec.target_mean) == dm.target_mean and list(spec.target_std) == dm.target_std
+    from tests.objectives.test_property import _net
+
+    model = PropertyPrediction(net=_net(1), spec=spec)
+    assert model.target_mean.tolist() == [pytest.approx(mean)] and model.target_std.tolist() == [pytest.approx(std)]
+
+
 def test_custom_csv_bad_smiles_stops_with_file_and_line_by_default(tmp_path):
     path = _write_csv(tmp_path)
     with pytest.raises(ValueError, match=rf"1 SMILES could not be parsed[\s\S]*mols.csv:4: 'C1CC\('[\s\S]*skip_invalid"):

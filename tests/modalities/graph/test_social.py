@@ -9,20 +9,9 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 
 from seqattn.labels import IGNORE_INDEX
-from seqattn.datakit.splits import split_indices
 from seqattn.modalities.graph.sampling import EgoNeighborSampler, ego_batch
 from seqattn.modalities.graph.social import SocialDataModule
 from seqattn.modalities.graph.social_files import read_edge_csv, read_node_csv
-
-
-def stratified_split(labels, val_fraction, test_fraction, seed):
-    """The node split of the social data: stratified by class, unlabeled nodes (-1) in no split."""
-    parts = split_indices(len(labels), val_fraction, test_fraction, seed,
-                          strata=[None if c < 0 else c for c in labels])
-    out = np.full(len(labels), -1)
-    for k, name in enumerate(("train", "val", "test")):
-        out[parts[name]] = k
-    return out
 
 
 def _write(path, text):
@@ -86,13 +75,34 @@ def test_full_graph_loaders_carry_only_their_stage_labels(tmp_path):
     assert not (seen["train"] & seen["val"]) and not (seen["train"] & seen["test"]) and not (seen["val"] & seen["test"])
 
 
-def test_stratified_split_rejects_bad_fractions_and_keeps_unlabeled_out():
-    out = stratified_split([0, 0, 0, 1, 1, 1, -1], 0.34, 0.34, seed=3)
-    assert out[-1] == -1 and set(out[:-1]) == {0, 1, 2}
+def test_the_datamodule_split_is_stratified_keeps_unlabeled_nodes_out_and_rejects_bad_fractions(tmp_path):
+    """Through SocialDataModule (no split column): 10 nodes of class x, 10 of y, 3 unlabeled; val 0.2, test
+    0.3 per class: 2 + 3 of each class, the rest (5 each) train; unlabeled nodes in no split. (Seed 1: a
+    split at random, not by class, gives other counts there.)"""
+    labels = ["x"] * 10 + ["y"] * 10 + [""] * 3
+    nodes = _write(tmp_path / "n.csv", "id,f,label\n" + "".join(f"n{i},{i},{lab}\n" for i, lab in enumerate(labels)))
+    edges = _write(tmp_path / "e.csv", "source,target\n" + "".join(f"n{i},n{(i + 1) % 23}\n" for i in range(23)))
+
+    def dm(**kw):
+        return SocialDataModule(source="csv", nodes=str(nodes), edges=str(edges), data_dir=str(tmp_path),
+                                split_column=None, **{"val_fraction": 0.2, "test_fraction": 0.3, "seed": 1, **kw})
+
+    data = dm()
+    data.setup()
+    g = data.graph
+    parts = {s: set(g.nodes_of(s).tolist()) for s in ("train", "val", "test")}
+    assert not (parts["train"] & parts["val"]) and not (parts["train"] & parts["test"]) and not (parts["val"] & parts["test"])
+    assert set().union(*parts.values()) == set(range(20))  # every labeled node, no unlabeled one (20, 21, 22)
+    for name, per_class in (("train", 5), ("val", 2), ("test", 3)):
+        ids = torch.tensor(sorted(parts[name]))
+        assert torch.bincount(g.y[ids], minlength=2).tolist() == [per_class, per_class], name
+    again = dm()
+    again.setup()
+    assert torch.equal(again.graph.split, g.split)
     with pytest.raises(ValueError, match="test_fraction"):
-        stratified_split([0, 1], 0.2, 1.0, seed=0)
+        dm(test_fraction=1.0).setup()
     with pytest.raises(ValueError, match="must be < 1"):
-        stratified_split([0, 1], 0.5, 0.5, seed=0)
+        dm(val_fraction=0.5, test_fraction=0.5).setup()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +123,16 @@ def test_custom_csvs_with_split_column_and_edge_weights(tmp_path):
     pairs = {(int(a), int(b)): float(w) for (a, b), w in zip(g.edge_index.t(), g.edge_attr[:, 0])}
     assert pairs[(1, 2)] == pairs[(2, 1)] == 2.0
     assert dm.spec().sizes == {"node_features": 2, "edge_features": 1}
+
+
+def test_row_normalised_features_divide_each_node_by_its_sum(tmp_path):
+    """``data.normalize_features=row``: node c (age 3, score 0.2) becomes (3 / 3.2, 0.2 / 3.2)."""
+    nodes, edges = _small_graph(tmp_path)
+    dm = SocialDataModule(source="csv", nodes=str(nodes), edges=str(edges), data_dir=str(tmp_path),
+                          normalize_features="row")
+    dm.setup()
+    want = torch.tensor([[1, 0.5], [2, 0.1], [3, 0.2], [4, 0.3], [5, 0.4]])
+    torch.testing.assert_close(dm.graph.x, want / want.sum(1, keepdim=True))
 
 
 def test_custom_csvs_without_split_are_split_by_seed_and_columns_are_configurable(tmp_path):

@@ -214,3 +214,46 @@ def test_gradients_reach_the_learned_positions():
     adapter = ImageAdapter(8, positional="learned2d", grid=(4, 4))
     adapter(torch.rand(2, 3, 4, 4)).x.sum().backward()
     assert adapter.pos_table.grad is not None and adapter.pos_table.grad.abs().sum() > 0
+
+
+def test_sinusoidal_2d_table_is_the_1d_formula_of_the_row_then_of_the_column():
+    """Channel ``c < D/2``: the 1-D rule of width ``D/2`` at the row index; ``c >= D/2``: at the column
+    index: ``sin(p / 10000^(2i/(D/2)))`` at ``2i``, ``cos`` at ``2i + 1`` -- written out here."""
+    import math
+
+    height, width, dim = 5, 7, 16
+    table = sinusoidal_2d_table(height, width, dim, dtype=torch.float64).view(height, width, dim)
+    half = dim // 2
+
+    def one_d(p, c):
+        angle = p / 10000 ** (2 * (c // 2) / half)
+        return math.sin(angle) if c % 2 == 0 else math.cos(angle)
+
+    want = torch.tensor([[[one_d(r, c) for c in range(half)] + [one_d(col, c) for c in range(half)]
+                          for col in range(width)] for r in range(height)], dtype=torch.float64)
+    torch.testing.assert_close(table, want, atol=1e-12, rtol=0)
+
+
+def _normalised_pixels(adapter: ImageAdapter, images: torch.Tensor, pixel_mask=None) -> torch.Tensor:
+    """The adapter's normalised pixels ``[B, H·W, C]``: its projection replaced by the identity."""
+    adapter.proj = torch.nn.Identity()
+    return adapter(images, pixel_mask).x
+
+
+def test_fixed_normalisation_uses_the_configured_mean_and_std_per_channel():
+    images = torch.tensor([0.0, 0.5, 1.0]).view(1, 3, 1, 1).expand(1, 3, 1, 2).clone()  # R=0, G=0.5, B=1
+    default = _normalised_pixels(ImageAdapter(8, mode="pixels", positional="none"), images)
+    torch.testing.assert_close(default[0, 0], torch.tensor([-2.0, 0.0, 2.0]))  # (x - 0.5) / 0.25
+    custom = ImageAdapter(8, mode="pixels", positional="none", mean=[0.2, 0.4, 0.6], std=[0.1, 0.2, 0.4])
+    torch.testing.assert_close(_normalised_pixels(custom, images)[0, 1], torch.tensor([-2.0, 0.5, 1.0]))
+
+
+def test_per_image_normalisation_is_each_channels_mean_and_population_std():
+    # channel 0 of one 2x2 image: 0, 0.2, 0.4, 0.6 -> mean 0.3, variance 0.05; channel 1 constant 0.7
+    images = torch.zeros(1, 3, 2, 2)
+    images[0, 0] = torch.tensor([[0.0, 0.2], [0.4, 0.6]])
+    images[0, 1] = 0.7
+    x = _normalised_pixels(ImageAdapter(8, mode="pixels", positional="none", normalize="image"), images)
+    want = (torch.tensor([0.0, 0.2, 0.4, 0.6]) - 0.3) / (0.05 + 1e-4) ** 0.5
+    torch.testing.assert_close(x[0, :, 0], want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(x[0, :, 1], torch.zeros(4))  # constant: 0, not NaN

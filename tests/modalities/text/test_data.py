@@ -259,3 +259,24 @@ def test_ud_source_downloads_once_and_reads_the_treebank(tmp_path):
     dm.setup()
     assert {n: len(d) for n, d in dm.datasets.items()} == {"train": 2, "val": 2, "test": 2}
     assert "VERB" in dm.label_names and "saw" in dm.ambiguous_words
+
+
+def test_vocabulary_options_reach_the_datamodule(tmp_path):
+    """data.min_freq / data.max_size / data.lowercase shape the DataModule's vocabulary (train split only):
+    train counts good 4, film 3, Bad 2 (+ bad 1), dull 1 -- worked out from the rows below."""
+    train = tmp_path / "train.csv"
+    rows = ["good film,pos", "good film,pos", "good film,pos", "good,pos", "Bad dull,neg", "Bad,neg", "bad,neg"]
+    train.write_text("text,label\n" + "\n".join(rows) + "\n")
+    test = tmp_path / "test.csv"
+    test.write_text("text,label\nawful awful awful,neg\ngood,pos\n")
+
+    def vocab(**kw):
+        dm = TextClassificationDataModule(source="files", train_path=str(train), val_path=str(train),
+                                          test_path=str(test), **kw)
+        dm.setup()
+        return list(dm.spec().vocab)
+
+    assert vocab() == [PAD, UNK, "good", "bad", "film", "dull"]  # lowercase: bad 3; ties alphabetical
+    assert vocab(min_freq=3) == [PAD, UNK, "good", "bad", "film"]
+    assert vocab(max_size=2) == [PAD, UNK, "good", "bad"]
+    assert vocab(lowercase=False) == [PAD, UNK, "good", "film", "Bad", "bad", "dull"]

@@ -1,0 +1,48 @@
+"""Positional formulas written out by hand at positions and channels where the base matters (a wrong
+base, exponent or pairing changes these numbers; position 0 and channel 0 are the same for every base)."""
+
+import math
+
+import pytest
+import torch
+
+from seqattn.core import RotaryEmbedding
+
+
+def _rope_by_hand(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE (Su et al. 2021, the half-split pairing): channel ``j < K/2`` and ``j + K/2`` at position
+    ``p`` rotated by the angle ``p · base^(-2j/K)``."""
+    length, k = x.shape[-2:]
+    out = torch.empty_like(x)
+    for p in range(length):
+        for j in range(k // 2):
+            angle = p * base ** (-2 * j / k)
+            c, s = math.cos(angle), math.sin(angle)
+            a, b = x[..., p, j], x[..., p, j + k // 2]
+            out[..., p, j] = a * c - b * s
+            out[..., p, j + k // 2] = b * c + a * s
+    return out
+
+
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_rotary_is_the_rope_formula_at_every_frequency(base):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 2, 9, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 2, 9, 8, generator=g, dtype=torch.float64)
+    rope = RotaryEmbedding(8) if base == 10000.0 else RotaryEmbedding(8, base=base)
+    rq, rk = rope(q, k)
+    torch.testing.assert_close(rq, _rope_by_hand(q, base), atol=1e-12, rtol=0)
+    torch.testing.assert_close(rk, _rope_by_hand(k, base), atol=1e-12, rtol=0)
+
+
+def test_rotary_scores_depend_only_on_the_offset():
+    """<R(p) q, R(p + d) k> is the same for every p: what makes RoPE relative."""
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+    rope = RotaryEmbedding(8)
+    length = 12
+    rq, rk = rope(q.expand(1, 1, length, 8).contiguous(), k.expand(1, 1, length, 8).contiguous())
+    scores = rq[0, 0] @ rk[0, 0].T  # [L, L]
+    for d in (1, 3, 5):
+        diag = scores.diagonal(d)
+        torch.testing.assert_close(diag, diag[:1].expand_as(diag), atol=1e-12, rtol=0)
