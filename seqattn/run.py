@@ -236,7 +236,8 @@ def _finite_metrics(metrics: dict[str, Any], reasons: dict[str, str]) -> dict[st
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, test and write the run's artefacts. Returns ``{"test/...": float, ..., "output_dir": str}``."""
     check_trainer_options(cfg.trainer)  # a misspelt key or a mistyped value: before any data is read
-    quiet_known_noise()  # Lightning's and PyTorch's messages a user cannot act on (seqattn.training.quiet)
+    # Lightning's and PyTorch's messages a user cannot act on (seqattn.training.quiet)
+    quiet_known_noise(resuming=bool(cfg.get("resume")))
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     threads = cfg.get("cpu_threads")
     if threads:  # tiny steps: intra-op threads only add synchronisation (each op waits for every thread)

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +186,11 @@ def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workfl
     assert torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
 
     # what `python -m seqattn.run resume=b trainer.max_epochs=2` runs (the overrides as Hydra gives them)
-    run(compose([f"resume={copy}", "trainer.max_epochs=2"], tmp_path / "hydra_run", workflow_data_dir))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(compose([f"resume={copy}", "trainer.max_epochs=2"], tmp_path / "hydra_run", workflow_data_dir))
+    # its own checkpoints are there on purpose: no "Checkpoint directory ... exists and is not empty"
+    assert not [w for w in caught if "exists and is not empty" in str(w.message)]
 
     assert _files(original) == before  # not a byte, not an mtime of the original changed
     metrics = json.loads((copy / "metrics.json").read_text())

@@ -26,6 +26,12 @@ WARNINGS: list[tuple[str, type[Warning], str, str]] = [
      r"lightning\.pytorch\.loops\.fit_loop",
      "a small training split: the epoch's metrics (train/loss_epoch, val/*) are logged every epoch anyway"),
 ]
+# only when resuming (resume=): the run writes on into its own folder by design
+RESUME_WARNINGS: list[tuple[str, type[Warning], str, str]] = [
+    (r"Checkpoint directory .* exists and is not empty", UserWarning, r"lightning\.pytorch\.callbacks\.model_checkpoint",
+     "resume= continues the run in its folder: its checkpoints are there on purpose (a fresh run into a used "
+     "folder still warns)"),
+]
 # Lightning's rank-zero INFO lines: (logger, message regex, why it is noise)
 LOG_LINES: list[tuple[str, str, str]] = [
     ("lightning.pytorch.utilities.rank_zero", r"GPU available: False, used: False$", "no GPU: nothing to choose"),
@@ -49,9 +55,10 @@ class _DropKnown(logging.Filter):
         return self.pattern.match(record.getMessage()) is None
 
 
-def quiet_known_noise() -> None:
-    """Install the :data:`WARNINGS` filters and the :data:`LOG_LINES` log filters (once per logger)."""
-    for message, category, module, _ in WARNINGS:
+def quiet_known_noise(resuming: bool = False) -> None:
+    """Install the :data:`WARNINGS` filters (and :data:`RESUME_WARNINGS` when ``resuming``) and the
+    :data:`LOG_LINES` log filters (once per logger)."""
+    for message, category, module, _ in WARNINGS + (RESUME_WARNINGS if resuming else []):
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
     by_logger: dict[str, list[str]] = {}
     for name, pattern, _ in LOG_LINES:
