@@ -126,6 +126,14 @@ def test_a_clip_too_short_and_a_bad_smiles_are_skipped_with_the_reason(tiny_run,
     predictor = seqattn.load(molecule.best)
     rows = predictor.predict(source)
     assert len(rows) == 6 and predictor.errors[0][0].endswith("molecules.csv:8")
+    # a malformed CSV row (a quote never closed) is left out and listed too; the rows after it are read
+    source.write_text(source.read_text() + '"CCO,broken\nCCN\n')
+    rows = predictor.predict(source)
+    errors = dict((w.rsplit("/", 1)[-1], reason) for w, reason in predictor.errors)
+    assert len(rows) == 7 and sorted(errors) == ["molecules.csv:8", "molecules.csv:9"]
+    assert "malformed CSV" in errors["molecules.csv:9"] and rows[-1]["smiles"] == "CCN"
+    with pytest.raises(ValueError, match="molecules.csv:"):
+        predictor.predict(source, on_error="stop")
 
 
 def test_predict_takes_paths_and_says_what_it_takes_otherwise(tiny_run, tmp_path):

@@ -338,7 +338,7 @@ class MoleculeDataModule(TaskDataModule):
         """Batches of molecules to predict: a CSV with a header and the ``smiles_column`` (and the
         ``id_column`` when it has it, else rows are named by their SMILES, logged; other columns are
         ignored), or a ``.smi`` / ``.txt`` file with one
-        SMILES (and an optional name) per line. Invalid SMILES are left out and recorded
+        SMILES (and an optional name) per line. Malformed CSV rows and invalid SMILES are left out and recorded
         (``predict_errors``, file:line) with ``on_error="skip"`` (the default) or ``skip_invalid=true``;
         with ``on_error="stop"`` they stop with the list. Works without ``setup()``."""
         path = Path(source).expanduser()
@@ -353,7 +353,13 @@ class MoleculeDataModule(TaskDataModule):
                 log.info("%s has no id column %r (data.id_column): its molecules are named by their SMILES", path,
                          id_column)
                 id_column = None
-            records = read_smiles_table(path, self.smiles_column, (), id_column=id_column, encoding=self.encoding)
+            bad: list[tuple[str, str]] = []
+            records = read_smiles_table(path, self.smiles_column, (), id_column=id_column, encoding=self.encoding,
+                                        skipped=bad if self.on_error == "skip" else None)
+            self.record_skipped(bad)
+            if bad:
+                log.warning("%s: left out %d malformed row(s) (on_error=skip), read %d molecule(s)", path, len(bad),
+                            len(records))
         skip = self.skip_invalid_predict or self.on_error == "skip"
         graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim, hint=PREDICT_SKIP_HINT)
         self.record_skipped((entry.rsplit(": ", 1)[0], f"RDKit cannot parse the SMILES {entry.rsplit(': ', 1)[-1]}")

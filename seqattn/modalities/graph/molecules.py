@@ -175,13 +175,15 @@ def read_smiles_table(
     id_column: str | None = None,
     encoding: str = "utf-8",
     split_column: str | None = None,
+    skipped: list[tuple[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Read a SMILES CSV into records ``{smiles, targets [T] (NaN = missing), id, where ("file:line"),
     split}`` (``split``: the row's ``split_column`` value as train/val/test, or None).
 
     ``header=False`` needs ``names`` (the column names in order). Lines starting with ``#`` and
     empty lines are skipped. A missing column raises ``ValueError`` naming the file and the header;
-    a header-only or empty file raises one saying there are no molecules.
+    a header-only or empty file raises one saying there are no molecules. ``skipped`` (prediction): a
+    list to collect malformed rows in (``("file:line", reason)``) instead of raising.
     """
     kinds = list(target_kinds) if target_kinds is not None else ["regression"] * len(target_columns)
     if len(kinds) != len(target_columns):
@@ -191,7 +193,7 @@ def read_smiles_table(
     wanted = [smiles_column, *target_columns] + ([id_column] if id_column else []) + ([split_column] if split_column
                                                                                        else [])
     table = read_table(path, "csv", encoding, wanted, "SMILES file", header=None if header else names, comment="#",
-                       hint="set data.smiles_column / data.target_columns")
+                       hint="set data.smiles_column / data.target_columns", skipped=skipped)
     records = []
     for line, values in table.rows:
         where = table.where(line)
