@@ -34,7 +34,8 @@ Files written (the summary printed on stderr lists them with the inputs):
 
 The ONNX file carries the same JSON in its ``metadata_props`` (key ``seqattn``), so
 ``onnx.load(path).metadata_props`` or onnxruntime's ``session.get_modelmeta().custom_metadata_map``
-read it without the sidecar. A plain onnxruntime script can label new inputs from these alone
+read it without the sidecar; a TorchScript file carries it as the extra file ``seqattn.json``
+(``extra = {"seqattn.json": ""}; torch.jit.load(path, _extra_files=extra)`` fills it in). A plain onnxruntime script can label new inputs from these alone
 (``tests/test_export.py`` does it without importing seqattn).
 
 Messages: the ONNX exporter's progress and optimisation log (about a hundred lines) is kept out of the
@@ -69,6 +70,8 @@ from seqattn.training.checkpoint import build_model, read_checkpoint
 log = logging.getLogger("seqattn.export")
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts"}
+#: the name of the sidecar JSON inside an exported TorchScript file (``torch.jit.load(..., _extra_files=...)``)
+TORCHSCRIPT_EXTRA = "seqattn.json"
 
 
 class ExportableNet(nn.Module):
@@ -192,7 +195,6 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
         with _quiet_exporter() as captured:
             if fmt == "torchscript":
                 traced = torch.jit.trace(wrapper, inputs, check_trace=False)
-                traced.save(str(output))
             else:
                 _export_onnx(wrapper, inputs, output, captured)
     sidecar = describe_export(model, datamodule, wrapper.input_names, inputs, fmt, output,
@@ -200,6 +202,8 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
     text = json.dumps(sidecar, indent=1, ensure_ascii=False)
     if fmt == "onnx":
         _add_onnx_metadata(output, json.dumps(sidecar, ensure_ascii=False))
+    else:  # the same JSON inside the file: torch.jit.load(path, _extra_files={TORCHSCRIPT_EXTRA: ""})
+        traced.save(str(output), _extra_files={TORCHSCRIPT_EXTRA: text})
     sidecar_path(output).write_text(text + "\n", encoding="utf-8")
     _log_summary(sidecar, output)
     return output, inputs

@@ -46,7 +46,9 @@ def test_torchscript_export_gives_the_same_outputs(task, tiny_run, tmp_path):
     assert [i["name"] for i in sidecar["inputs"]] == list(seqattn.load(run.best).model.net.export_input_names
                                                           or seqattn.load(run.best).model.net.input_names)
     assert [i["dtype"] for i in sidecar["inputs"]] == [str(x.dtype).removeprefix("torch.") for x in inputs]
-    loaded = torch.jit.load(str(path))
+    extra = {"seqattn.json": ""}
+    loaded = torch.jit.load(str(path), _extra_files=extra)
+    assert json.loads(extra["seqattn.json"]) == sidecar  # the file describes itself without the sidecar
     logits, mask = loaded(*inputs)
     want_logits, want_mask = _reference(run, inputs)
     assert logits.shape == want_logits.shape and len(inputs[0]) > 1
