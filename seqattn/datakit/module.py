@@ -321,6 +321,13 @@ class TaskDataModule(L.LightningDataModule):
         """Inputs left out while reading a prediction source (``on_error="skip"``): kept for the report."""
         self.predict_errors.extend(bad)
 
+    def record_malformed(self, path: Path, bad: list[tuple[str, str]], read: int, unit: str, items: str) -> None:
+        """Record the malformed ``bad`` lines of one prediction file and log their count beside the
+        ``read`` items kept (``unit``: "line(s)", "row(s)"; ``items``: "sentence(s)", ...)."""
+        self.record_skipped(bad)
+        if bad:
+            log.warning("%s: left out %d malformed %s (on_error=skip), read %d %s", path, len(bad), unit, read, items)
+
     def export_preprocessing(self) -> dict[str, Any]:
         """How this module turns a user's raw input into the model's inputs (text: the tokenizer; images:
         the size and resize rule), for an exported model's sidecar JSON. Default: nothing to say."""

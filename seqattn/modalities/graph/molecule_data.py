@@ -19,7 +19,6 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from seqattn.datakit.files import read_table
 from seqattn.datakit.items import Item
 from seqattn.datakit.module import PREDICT_SKIP_HINT, TaskDataModule
 from seqattn.datakit.spec import DataSpec
@@ -347,19 +346,10 @@ class MoleculeDataModule(TaskDataModule):
         if path.suffix.lower() in (".smi", ".txt"):
             records = read_smiles_lines(path, self.encoding)
         else:
-            id_column = self.id_column
-            if id_column and id_column not in read_table(path, "csv", self.encoding, (), "SMILES file",
-                                                         comment="#").header:
-                log.info("%s has no id column %r (data.id_column): its molecules are named by their SMILES", path,
-                         id_column)
-                id_column = None
             bad: list[tuple[str, str]] = []
-            records = read_smiles_table(path, self.smiles_column, (), id_column=id_column, encoding=self.encoding,
-                                        skipped=bad if self.on_error == "skip" else None)
-            self.record_skipped(bad)
-            if bad:
-                log.warning("%s: left out %d malformed row(s) (on_error=skip), read %d molecule(s)", path, len(bad),
-                            len(records))
+            records = read_smiles_table(path, self.smiles_column, (), id_column=self.id_column, encoding=self.encoding,
+                                        skipped=bad if self.on_error == "skip" else None, id_optional=True)
+            self.record_malformed(path, bad, len(records), "row(s)", "molecule(s)")
         skip = self.skip_invalid_predict or self.on_error == "skip"
         graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim, hint=PREDICT_SKIP_HINT)
         self.record_skipped((entry.rsplit(": ", 1)[0], f"RDKit cannot parse the SMILES {entry.rsplit(': ', 1)[-1]}")

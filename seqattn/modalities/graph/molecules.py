@@ -176,6 +176,7 @@ def read_smiles_table(
     encoding: str = "utf-8",
     split_column: str | None = None,
     skipped: list[tuple[str, str]] | None = None,
+    id_optional: bool = False,
 ) -> list[dict[str, Any]]:
     """Read a SMILES CSV into records ``{smiles, targets [T] (NaN = missing), id, where ("file:line"),
     split}`` (``split``: the row's ``split_column`` value as train/val/test, or None).
@@ -183,17 +184,21 @@ def read_smiles_table(
     ``header=False`` needs ``names`` (the column names in order). Lines starting with ``#`` and
     empty lines are skipped. A missing column raises ``ValueError`` naming the file and the header;
     a header-only or empty file raises one saying there are no molecules. ``skipped`` (prediction): a
-    list to collect malformed rows in (``("file:line", reason)``) instead of raising.
+    list to collect malformed rows in (``("file:line", reason)``) instead of raising. ``id_optional``: a
+    file without the ``id_column`` names its molecules by their SMILES (logged) instead of raising.
     """
     kinds = list(target_kinds) if target_kinds is not None else ["regression"] * len(target_columns)
     if len(kinds) != len(target_columns):
         raise ValueError(f"target_kinds {kinds} must have one entry per target column {list(target_columns)}")
     if not header and names is None:
         raise ValueError(f"{path}: header=False needs `names` (the column names in order)")
-    wanted = [smiles_column, *target_columns] + ([id_column] if id_column else []) + ([split_column] if split_column
-                                                                                       else [])
+    wanted = [smiles_column, *target_columns] + ([id_column] if id_column and not id_optional else []) \
+        + ([split_column] if split_column else [])
     table = read_table(path, "csv", encoding, wanted, "SMILES file", header=None if header else names, comment="#",
                        hint="set data.smiles_column / data.target_columns", skipped=skipped)
+    if id_column and id_column not in table.header:  # id_optional
+        log.info("%s has no id column %r (data.id_column): its molecules are named by their SMILES", path, id_column)
+        id_column = None
     records = []
     for line, values in table.rows:
         where = table.where(line)

@@ -241,10 +241,7 @@ class _TextDataModule(TaskDataModule):
             raise ValueError(f"predict source {path} is not a file")
         bad: list[tuple[str, str]] = []
         items = self.read_unlabeled(path, bad if self.on_error == "skip" else None)
-        self.record_skipped(bad)
-        if bad:
-            log.warning("%s: left out %d malformed line(s) (on_error=skip), read %d sentence(s)", path, len(bad),
-                        len(items))
+        self.record_malformed(path, bad, len(items), "line(s)", "sentence(s)")
         if not items:
             raise ValueError(f"{path}: no sentences to predict" + (f" ({len(bad)} malformed line(s), first: "
                                                                    f"{bad[0][0]}: {bad[0][1]})" if bad else ""))
