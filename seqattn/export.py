@@ -172,6 +172,10 @@ def export(ckpt: str | Path, fmt: str, output: str | Path | None = None, source:
     checkpoint = read_checkpoint(ckpt)
     model = build_model(checkpoint)
     adapter = model.net.adapter
+    reason = getattr(model, "no_prediction", None)
+    if reason:  # a pretraining checkpoint: nothing a user would run
+        raise ValueError(f"{ckpt} cannot be exported: {reason}; fine-tune it first (python -m seqattn.run "
+                         f"task=<a labelled task> init_from={ckpt}) and export that run's checkpoint")
     if not model.net.exportable:
         raise ValueError(
             f"{type(adapter).__name__} cannot be exported: it builds its attention structure per batch in "

@@ -98,6 +98,11 @@ class Predictor:
         checkpoint = read_checkpoint(path, weights_only=weights_only)
         model = build_model(checkpoint)
         config = checkpoint["seqattn_config"]
+        reason = getattr(model, "no_prediction", None)
+        if reason:  # e.g. a pretraining checkpoint: its head predicts its own training targets, not a task's
+            raise ValueError(f"{path}: {reason} (task={config.get('task_name')}); fine-tune it on a labelled task "
+                             f"first: python -m seqattn.run task=<a labelled task of the same data> init_from={path}, "
+                             "then load that run's checkpoint")
         if data:
             config = {**config, "data": override_data_config(config["data"], data)}
         datamodule = build_datamodule(config["data"])

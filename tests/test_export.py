@@ -21,7 +21,7 @@ import torch
 import seqattn
 from seqattn.export import main as export_main
 from seqattn.export import parse_args
-from tests.workflows import EXPORT_TASKS, TASKS, WORKFLOW_TASKS, tiny_run, workflow_data_dir  # noqa: F401
+from tests.workflows import EXPORT_TASKS, TASKS, UNEXPORTABLE_TASKS, tiny_run, workflow_data_dir  # noqa: F401
 
 
 def _reference(run, inputs):
@@ -266,7 +266,7 @@ def test_export_arguments_are_checked(tmp_path):
     assert export_main([f"ckpt={bad}", "format=torchscript"]) == 2
 
 
-@pytest.mark.parametrize("task", [t for t in WORKFLOW_TASKS if t not in EXPORT_TASKS])
+@pytest.mark.parametrize("task", UNEXPORTABLE_TASKS)
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
 def test_graph_models_are_refused_with_a_reason(task, fmt, tiny_run, tmp_path):
     from seqattn.export import export

@@ -13,10 +13,10 @@ import seqattn
 from seqattn.training.checkpoint import NotASeqattnCheckpoint, read_checkpoint
 from seqattn.predict import main as predict_main
 from seqattn.predict import parse_args
-from tests.workflows import TASKS, WORKFLOW_TASKS, assert_rows_close, tiny_run, workflow_data_dir  # noqa: F401
+from tests.workflows import PREDICT_TASKS, TASKS, assert_rows_close, tiny_run, workflow_data_dir  # noqa: F401
 
 
-@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+@pytest.mark.parametrize("task", PREDICT_TASKS)
 def test_batched_prediction_equals_one_at_a_time(task, tiny_run, tmp_path):
     run = tiny_run(task)
     source = TASKS[task].predict_inputs(run.cfg, tmp_path / "inputs")
@@ -28,7 +28,7 @@ def test_batched_prediction_equals_one_at_a_time(task, tiny_run, tmp_path):
     assert_rows_close(batched, single)
 
 
-@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+@pytest.mark.parametrize("task", PREDICT_TASKS)
 def test_cli_writes_csv_and_jsonl_with_one_row_per_input(task, tiny_run, tmp_path):
     run = tiny_run(task)
     source = TASKS[task].predict_inputs(run.cfg, tmp_path / "inputs")
@@ -42,7 +42,7 @@ def test_cli_writes_csv_and_jsonl_with_one_row_per_input(task, tiny_run, tmp_pat
     assert [r["id"] for r in table] == [r["id"] for r in expected]
 
 
-@pytest.mark.parametrize("task", WORKFLOW_TASKS)
+@pytest.mark.parametrize("task", PREDICT_TASKS)
 def test_the_predictor_needs_only_the_checkpoint(task, tiny_run, tmp_path):
     """The checkpoint alone (weights, spec, data config) rebuilds the model the run tested: scoring the
     test split with it gives the test metrics the run reported from memory."""

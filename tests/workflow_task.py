@@ -27,3 +27,6 @@ class Task:
     exportable: bool = True  # seqattn.export supports its adapter (graph adapters are refused)
     resume_overrides: tuple[str, ...] = ()  # for the kill-and-resume test (after its own overrides)
     exact_resume: bool = True  # a killed and resumed run ends with bit-identical weights
+    # seqattn.load(...).predict / seqattn.export serve it; False: a pretraining task, whose checkpoint has no
+    # head to predict a task with (both refuse it, saying how to fine-tune)
+    predicts: bool = True

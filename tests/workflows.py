@@ -53,7 +53,10 @@ def declared_tasks(folder: Path = MODALITY_TESTS) -> Declared:
 
 TASKS = declared_tasks()
 WORKFLOW_TASKS = task_names()  # every task of conf/task/, declared or not
-EXPORT_TASKS = [name for name in WORKFLOW_TASKS if name not in TASKS or TASKS[name].exportable]
+PREDICT_TASKS = [name for name in WORKFLOW_TASKS if name not in TASKS or TASKS[name].predicts]
+EXPORT_TASKS = [name for name in PREDICT_TASKS if name not in TASKS or TASKS[name].exportable]
+# predicting tasks whose adapter export refuses (graphs)
+UNEXPORTABLE_TASKS = [name for name in PREDICT_TASKS if name not in EXPORT_TASKS]
 EXACT_RESUME_TASKS = [name for name in WORKFLOW_TASKS if name not in TASKS or TASKS[name].exact_resume]
 FILE_SOURCE_TASKS = [name for name in WORKFLOW_TASKS if name not in TASKS or TASKS[name].file_source]
 

@@ -9,7 +9,7 @@ per-token ``[B, L, C]`` or pooled ``[B, C]`` predictions. The parts' interfaces 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -59,9 +59,12 @@ class SequenceModel(nn.Module):
             return None
         return limit - (1 if self.global_token is not None else 0)
 
-    def tokens(self, batch: dict[str, Any]) -> Tokens:
+    def tokens(self, batch: dict[str, Any], transform: Callable[[Tokens], Tokens] | None = None) -> Tokens:
         """The adapter's tokens for ``batch``: its ``inputs`` keys, or its ``export_inputs`` keys when
-        the batch holds those instead (an exported text model is fed ids, not words)."""
+        the batch holds those instead (an exported text model is fed ids, not words).
+
+        ``transform``: applied to the adapter's own tokens (its ``L``), before any subsampling and
+        global token (masked-token pretraining hides tokens there)."""
         names = self.input_names
         export = self.export_input_names
         if export and any(k not in batch for k in names) and all(k in batch for k in export):
@@ -70,16 +73,19 @@ class SequenceModel(nn.Module):
         if missing:
             raise ValueError(f"batch lacks {missing} needed by {type(self.adapter).__name__}; has {sorted(batch)}")
         tokens = self.adapter(**{k: batch[k] for k in names})
+        if transform is not None:
+            tokens = transform(tokens)
         if self.subsample is not None:
             tokens = self.subsample(tokens)
         if self.global_token is not None:
             tokens = prepend_global_token(tokens, self.global_token)
         return tokens
 
-    def forward(self, batch: dict[str, Any], return_attention: bool | list[int] = False) -> dict[str, Any]:
+    def forward(self, batch: dict[str, Any], return_attention: bool | list[int] = False,
+                transform: Callable[[Tokens], Tokens] | None = None) -> dict[str, Any]:
         """Returns ``logits`` ([B, L, C] per token or [B, C] pooled), ``mask`` [B, L] and, when asked,
-        ``attention`` (list of [B, H, L, L]) and ``tokens``."""
-        tokens = self.tokens(batch)
+        ``attention`` (list of [B, H, L, L]) and ``tokens``. ``transform``: see :meth:`tokens`."""
+        tokens = self.tokens(batch, transform)
         encoded = self.encoder(tokens, return_attention=return_attention)
         attention = None
         if return_attention:

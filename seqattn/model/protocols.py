@@ -24,6 +24,20 @@ Adapter (:class:`AdapterBase`):
                           the tokens of a vocabulary of the spec (a word embedding, a character table);
                           fine-tuning (``init_from``) maps those entries by token, not by position.
                           Default: none.
+    ``token_targets(batch) -> TokenTargets``  what masked-token pretraining
+                          (:mod:`seqattn.objectives.masked`) predicts at each token, computed from the
+                          clean batch (before any masking): ``kind`` ``"class"`` (``values [B, L]`` long,
+                          ``size`` classes) or ``"regression"`` (``values [B, L, F]`` float, ``size`` = F),
+                          and ``maskable [B, L]`` bool (real tokens that may be hidden: never padding).
+                          ``L`` is the adapter's token axis. Default: ``ValueError`` (the adapter declares
+                          no token targets).
+    ``token_target_layout() -> TargetLayout``  ``(kind, size)`` of its ``token_targets`` without a batch
+                          (the prediction head is sized from it). Default: the same ``ValueError``.
+    ``mask_tokens(tokens, hide, vector) -> Tokens``  ``tokens`` with the content of the positions ``hide
+                          [B, L]`` replaced by ``vector [D]``. Default: ``x`` rows replaced outright, right
+                          when positions are added later by the encoder (text, frames); an adapter that
+                          adds positions itself (2-D image positions, graph encodings) overrides it to add
+                          them back, so a hidden token keeps its position.
 
 Encoder (the core :class:`~seqattn.core.Encoder` or a baseline):
     ``dim``               model width D; ``forward(tokens, return_attention=False)``.
@@ -59,10 +73,15 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
+from seqattn.core.tokens import Tokens
+
 ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec",
-                 "example_inputs", "augmented_inputs", "vocab_tables", "export_description")
+                 "example_inputs", "augmented_inputs", "vocab_tables", "export_description", "token_targets",
+                 "token_target_layout", "mask_tokens")
+TARGET_KINDS = ("class", "regression")
 HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields", "pooling")
 
 
@@ -89,6 +108,72 @@ class VocabTable:
     label: str = "embedding"  # what the log calls the table
     unit: str = "words"  # what the log calls its tokens
     width_option: str = "model.dim"  # the option that sets the tensor's other sizes (named in a mismatch)
+
+
+@dataclass(frozen=True)
+class TargetLayout:
+    """What an adapter's token targets are, without a batch: ``kind`` ``"class"`` with ``size`` classes,
+    or ``"regression"`` with ``size`` features per token."""
+
+    kind: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in TARGET_KINDS:
+            raise ValueError(f"TargetLayout.kind={self.kind!r} is not one of {TARGET_KINDS}")
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size <= 0:
+            raise ValueError(f"TargetLayout.size must be a positive int (classes or features), got {self.size!r}")
+
+
+@dataclass(frozen=True)
+class TokenTargets:
+    """What masked-token pretraining predicts at each token of a batch (an adapter's ``token_targets``).
+
+    Attributes:
+        kind: ``"class"`` | ``"regression"``.
+        values: ``[B, L]`` long class indices in ``[0, size)`` (class) or ``[B, L, F]`` float (regression);
+            any value at positions that are not ``maskable`` (never read).
+        maskable: ``[B, L]`` bool: real tokens that may be hidden (never padding, never a global token).
+        size: classes (class) or ``F`` (regression).
+    """
+
+    kind: str
+    values: Tensor
+    maskable: Tensor
+    size: int
+
+    def __post_init__(self) -> None:
+        TargetLayout(self.kind, self.size)  # validates kind and size
+        m = self.maskable
+        if not isinstance(m, Tensor) or m.dim() != 2 or m.dtype != torch.bool:
+            raise ValueError(f"TokenTargets.maskable must be a [B, L] bool tensor, got "
+                             f"{getattr(m, 'dtype', type(m).__name__)} {tuple(getattr(m, 'shape', ()))}")
+        v = self.values
+        if self.kind == "class":
+            if v.shape != m.shape or v.dtype != torch.long:
+                raise ValueError(f"class TokenTargets.values must be [B, L] = {tuple(m.shape)} long, got {v.dtype} "
+                                 f"{tuple(v.shape)}")
+        elif v.dim() != 3 or v.shape[:2] != m.shape or v.shape[2] != self.size or not v.dtype.is_floating_point:
+            raise ValueError(f"regression TokenTargets.values must be [B, L, F={self.size}] float with [B, L] = "
+                             f"{tuple(m.shape)}, got {v.dtype} {tuple(v.shape)}")
+
+    @property
+    def layout(self) -> TargetLayout:
+        return TargetLayout(self.kind, self.size)
+
+
+def _no_targets(adapter: nn.Module) -> ValueError:
+    return ValueError(f"adapter {type(adapter).__name__} declares no token targets (the token_targets(batch) and "
+                      "token_target_layout() hooks): masked-token pretraining needs the adapter to say what each "
+                      "hidden token's target is")
+
+
+def replace_rows(tokens: Tokens, hide: Tensor, vector: Tensor) -> Tokens:
+    """``tokens`` with ``x[b, l] = vector`` where ``hide [B, L]``: the default ``mask_tokens``."""
+    if hide.shape != tokens.x.shape[:2]:
+        raise ValueError(f"hide must be [B, L] = {tuple(tokens.x.shape[:2])}, got {tuple(hide.shape)}")
+    x = torch.where(hide.unsqueeze(-1), vector.to(tokens.x.dtype), tokens.x)  # [B, L, D]
+    return tokens.replace(x=x)
 
 
 class AdapterBase(nn.Module):
@@ -125,6 +210,18 @@ class AdapterBase(nn.Module):
         """What the exported model's inputs mean and how raw inputs become them (the export sidecar):
         ``{"inputs": {name: {"shape": [axis names], "meaning": str}}, "preprocessing": {...}}``."""
         return {"inputs": {}, "preprocessing": {}}
+
+    def token_targets(self, batch: Mapping[str, Any]) -> TokenTargets:
+        """What masked-token pretraining predicts at each token of ``batch``, from the clean batch."""
+        raise _no_targets(self)
+
+    def token_target_layout(self) -> TargetLayout:
+        """``(kind, size)`` of :meth:`token_targets` (sizes the prediction head)."""
+        raise _no_targets(self)
+
+    def mask_tokens(self, tokens: Tokens, hide: Tensor, vector: Tensor) -> Tokens:
+        """``tokens`` with the content at ``hide [B, L]`` replaced by ``vector [D]``, positions kept."""
+        return replace_rows(tokens, hide, vector)
 
 
 class HeadBase(nn.Module):
@@ -190,6 +287,32 @@ def vocab_tables(adapter: nn.Module | None) -> dict[str, VocabTable]:
     """The adapter's ``vocab_tables()`` hook (none for a module that does not define it, or no adapter)."""
     hook = getattr(adapter, "vocab_tables", None)
     return dict(hook()) if callable(hook) else {}
+
+
+def token_targets(adapter: nn.Module, batch: Mapping[str, Any]) -> TokenTargets:
+    """The adapter's ``token_targets(batch)`` hook; ``ValueError`` when it declares none."""
+    hook = getattr(adapter, "token_targets", None)
+    if not callable(hook):
+        raise _no_targets(adapter)
+    targets = hook(batch)
+    if not isinstance(targets, TokenTargets):
+        raise ValueError(f"{type(adapter).__name__}.token_targets must return TokenTargets, got "
+                         f"{type(targets).__name__}")
+    return targets
+
+
+def token_target_layout(adapter: nn.Module) -> TargetLayout:
+    """The adapter's ``token_target_layout()`` hook; ``ValueError`` when it declares none."""
+    hook = getattr(adapter, "token_target_layout", None)
+    if not callable(hook):
+        raise _no_targets(adapter)
+    return hook()
+
+
+def mask_tokens(adapter: nn.Module, tokens: Tokens, hide: Tensor, vector: Tensor) -> Tokens:
+    """The adapter's ``mask_tokens`` hook (default :func:`replace_rows`)."""
+    hook = getattr(adapter, "mask_tokens", None)
+    return hook(tokens, hide, vector) if callable(hook) else replace_rows(tokens, hide, vector)
 
 
 def augmented_inputs(adapter: nn.Module) -> Mapping[str, Tensor] | None:

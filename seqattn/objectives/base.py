@@ -77,7 +77,7 @@ class Objective(L.LightningModule):
         else:
             net = _plain(net)  # plain dicts: the checkpoint loads without Hydra or OmegaConf objects
             self.save_hyperparameters()
-            self.net = build_network(net, data_spec)
+            self.net = self.build_net(net, data_spec)
         self.spec = data_spec
         self.undefined_reasons: dict[str, str] = {}
         self.optimizer_cfg, self.scheduler_cfg = optimizer, scheduler
@@ -88,6 +88,9 @@ class Objective(L.LightningModule):
         self.epoch_loss = nn.ModuleDict({f"{stage}_loss": MeanMetric() for stage in ("val", "test")})
 
     run_config: dict | None = None  # the whole resolved run config, set by seqattn.run.train
+    #: None when the objective's head predicts what a user asks for (``seqattn.load(...).predict``); else why
+    #: not (a pretraining objective's head predicts its own training targets, not a task's)
+    no_prediction: str | None = None
     # [C, C] test counts (row true, column predicted) once tested, None before (seqattn.model.protocols.TrainedModel)
     confusion_matrix: torch.Tensor | None = None
     # metric name -> why it is undefined (NaN) this run, e.g. ROC-AUC on a split with one class
@@ -101,6 +104,11 @@ class Objective(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.run_config = checkpoint.get("seqattn_config")
+
+    def build_net(self, net: dict, spec: DataSpec | None) -> nn.Module:
+        """The network from its config and the data's spec (an objective that sizes a part itself
+        overrides it)."""
+        return build_network(net, spec)
 
     # --- to be defined by each objective ------------------------------------------------
     def make_metrics(self) -> nn.Module:

@@ -9,8 +9,12 @@ What is loaded (``python -m seqattn.run task=... init_from=run/checkpoints/best.
   ``["chars"]``), tokens the checkpoint lacks keep their fresh initialisation, and the counts are
   logged (``embedding: 52 of 54 words from the checkpoint, 2 new (initialised), 3 checkpoint words
   unused``); the other sizes (the width) must match;
-- the head (and the global token) only when the label set is the same (names and count);
-  otherwise they keep their fresh initialisation;
+- the head (and the global token) only when the checkpoint was trained by the same objective class
+  and the label set is the same (names and count); otherwise they keep their fresh initialisation
+  (a pretraining checkpoint, e.g. masked-token modelling, gives its adapter and encoder, never its head);
+- the encoder's width (``model.dim``) and positional scheme (``model.positional``) must be the
+  checkpoint's: a difference is a ``ValueError`` naming both (a parameter-free scheme such as
+  rotary vs sinusoidal would otherwise load silently and mean something else);
 - a learned positional table of another length is interpolated to the new ``model.max_len``
   (``finetune.resize_positional``);
 - any other difference (a shape, a tensor the checkpoint lacks or has in excess) is a
@@ -31,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqattn.model.build import locate
 from seqattn.model.protocols import VocabTable, network_of, vocab_tables
 from seqattn.training.checkpoint import read_checkpoint
 
@@ -120,12 +125,41 @@ def map_by_token(name: str, table: VocabTable, fresh: torch.Tensor, source: torc
     return out.movedim(0, axis).contiguous(), counts
 
 
+def check_encoder_fits(model: nn.Module, source_net: Mapping[str, Any] | None) -> None:
+    """``ValueError`` naming both values when the checkpoint's encoder config (``source_net["encoder"]``:
+    its ``dim``, ``positional``) differs from ``model``'s encoder (``dim``, ``positional_name``); an
+    attribute either side lacks (a baseline encoder, an old checkpoint) is not compared."""
+    encoder = getattr(network_of(model), "encoder", None)
+    source = (source_net or {}).get("encoder") if isinstance(source_net, Mapping) else None
+    if encoder is None or not isinstance(source, Mapping):
+        return
+    pairs = (("dim", "dim", "width", "model.dim"), ("positional", "positional_name", "positional scheme",
+                                                      "model.positional"))
+    for key, attr, what, option in pairs:
+        old, new = source.get(key), getattr(encoder, attr, None)
+        if old is not None and new is not None and old != new:
+            raise ValueError(f"init_from: the encoder's {what} differs: the checkpoint has {option}={old!r}, this model "
+                             f"{option}={new!r}; set {option}={old!r} to fine-tune from it (or train from scratch)")
+
+
+def _same_objective(model: nn.Module, source_objective: str | None) -> bool:
+    """Whether the checkpoint's objective (its ``_target_``) is ``model``'s class (unknown: assumed so)."""
+    if not source_objective:
+        return True
+    try:
+        return locate(source_objective) is type(model)
+    except ValueError:
+        return False
+
+
 def init_from_state(
     model: nn.Module,
     state_dict: dict[str, torch.Tensor],
     source_labels: Sequence[str] | None,
     resize_positional_table: bool,
     source_spec: Mapping[str, Any] | None = None,
+    source_objective: str | None = None,
+    source_net: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Copy a pretrained objective's ``net.*`` tensors into ``model`` (an ``Objective``).
 
@@ -136,6 +170,10 @@ def init_from_state(
         resize_positional_table: interpolate a learned positional table of another length.
         source_spec: the pretrained model's spec (checkpoint ``["hyper_parameters"]["spec"]``): the tokens
             of its vocabulary tables (needed when the adapter declares ``vocab_tables()``).
+        source_objective: the pretrained model's objective ``_target_`` (checkpoint ``seqattn_config``):
+            another class than ``model``'s (pretraining -> a labelled task) never gives its head.
+        source_net: the pretrained model's network config (``hyper_parameters["net"]``): its encoder's
+            width and positional scheme must be ``model``'s (:func:`check_encoder_fits`).
 
     Returns:
         ``{"loaded": [...], "new": [...], "resized": [...]}`` tensor names (``resized`` are loaded too)
@@ -149,10 +187,15 @@ def init_from_state(
     source = {k: v for k, v in state_dict.items() if k.startswith(NET)}
     if not source:
         raise ValueError("the checkpoint has no network tensors (net.*): is it a seqattn checkpoint?")
+    check_encoder_fits(model, source_net)
     labels = list(getattr(model, "labels", None) or [])
-    same_task = labels == list(source_labels or []) and all(
+    same_objective = _same_objective(model, source_objective)
+    same_task = same_objective and labels == list(source_labels or []) and all(
         source.get(k) is not None and source[k].shape == v.shape for k, v in target.items() if _task_specific(k))
-    if not same_task:
+    if not same_objective:
+        log.info("the checkpoint was trained by %s, this model is %s: its adapter and encoder load, the head is new",
+                 source_objective, type(model).__name__)
+    elif not same_task:
         log.info("label set differs (checkpoint %s, now %s): the head is re-initialised",
                  list(source_labels or [])[:20], labels[:20])
     loaded, new, resized, problems = [], [], [], []
@@ -214,8 +257,11 @@ def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_t
     which tensors were loaded, resized and newly initialised."""
     checkpoint = read_checkpoint(path)
     hparams = checkpoint["hyper_parameters"]
+    objective = ((checkpoint.get("seqattn_config") or {}).get("objective") or {}).get("_target_")
+    net = hparams.get("net")
     report = init_from_state(model, checkpoint["state_dict"], hparams.get("labels"), resize_positional_table,
-                             source_spec=hparams.get("spec"))
+                             source_spec=hparams.get("spec"), source_objective=objective,
+                             source_net=net if isinstance(net, Mapping) else None)
     log.info("init_from %s: loaded %d tensors (%s), new (re-initialised) %d: %s%s", path, len(report["loaded"]),
              _summary(report["loaded"]), len(report["new"]), report["new"],
              f", resized {report['resized']}" if report["resized"] else "")

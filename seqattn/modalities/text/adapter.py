@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqattn.core.tokens import Tokens
-from seqattn.model.protocols import AdapterBase, VocabTable
+from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets, VocabTable
 from seqattn.modalities.text.chars import CharEncoder
 from seqattn.modalities.text.vocab import PAD_INDEX, UNK_INDEX, Vocabulary, normalize, read_word_vectors
 
@@ -205,6 +205,28 @@ class TextAdapter(AdapterBase):
         if self.chars is not None:
             tables.update({f"chars.{k}": v for k, v in self.chars.vocab_tables().items()})
         return tables
+
+    def token_target_layout(self) -> TargetLayout:
+        """Masked-word pretraining predicts a vocabulary index: ``("class", V)``."""
+        return TargetLayout("class", len(self.vocab))
+
+    def token_targets(self, batch: dict) -> TokenTargets:
+        """Each word's vocabulary index (``values [B, L]`` long; a word outside the vocabulary is ``<unk>``,
+        1, and stays a target: "an unseen word here"), maskable on every real word (``maskable [B, L]``).
+
+        From ``words`` (or ``ids`` + ``mask`` tensors), never from the token vectors: word dropout and
+        masking change the input, not the target. A hidden word loses its whole vector, character
+        features included (its spelling would give it away); unhidden words keep theirs, so an unseen
+        word in the context is read from its characters as the tagging recipe reads it."""
+        device = self.proj.weight.device if isinstance(self.proj, nn.Linear) else self.table.weight.device
+        if batch.get("words") is not None:
+            ids, mask = self.encode(batch["words"], device)  # [B, L], [B, L]
+        elif isinstance(batch.get("ids"), torch.Tensor) and isinstance(batch.get("mask"), torch.Tensor):
+            ids, mask = batch["ids"], batch["mask"]
+        else:
+            raise ValueError(f"TextAdapter.token_targets needs words, or ids [B, L] with mask [B, L]; the batch "
+                             f"has {sorted(batch)}")
+        return TokenTargets("class", ids.masked_fill(~mask, PAD_INDEX), mask, len(self.vocab))
 
     #: tensor inputs for ``seqattn.export`` (strings cannot be traced): ids from :meth:`export_inputs_from`
     export_inputs = ("ids", "mask")

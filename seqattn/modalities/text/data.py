@@ -335,6 +335,46 @@ class TaggingDataModule(_TextDataModule):
             return read_token_jsonl(path, require_tags=False, encoding=self.encoding, skipped=skipped)
         return [dict(it, tokens=self.tokenize(it["text"])) for it in read_lines(path, self.encoding)]
 
+class SentencesDataModule(TaggingDataModule):
+    """Unlabelled sentences, for pretraining (``task=text_pretrain``). ``source``: ``synthetic`` (the
+    built-in tagging corpus' sentences, tags unused) | ``files`` (``train_path``, optional
+    ``val_path``/``test_path``: plain text with one sentence per line, split into words by the regex
+    tokenizer; the words of a CoNLL-U file, its tags ignored; token JSONL, ``tokens`` only) | ``ud``.
+
+    Batches: ``words`` (list of word lists), ``ids``; no labels. The spec carries the training
+    split's vocabulary and characters; its ``num_outputs`` is the vocabulary size (what a masked-word
+    model chooses among) and it has no label names.
+    """
+
+    def _read_file(self, path: Path) -> list[dict[str, Any]]:
+        items = self.read_unlabeled(path)
+        kept = [it for it in items if it["tokens"]]
+        if len(kept) < len(items):
+            log.warning("%s: skipped %d line(s) with no words", path, len(items) - len(kept))
+        return kept
+
+    def set_labels(self, splits, min_classes: int = 2, source: str = "the training data") -> list[str]:
+        self._labels = []  # unlabelled: tags, if the files have any, are not read
+        return []
+
+    def targets_of(self, item: dict[str, Any]) -> list[str]:
+        return []
+
+    def prepare_items(self, splits: dict[str, list[dict[str, Any]]]) -> None:
+        """Nothing: no tags to count."""
+
+    def subset_names(self) -> tuple[str, ...]:
+        return ()
+
+    def spec(self) -> DataSpec:
+        if self.vocab is None:
+            raise RuntimeError("the vocabulary is built in setup() from the training split")
+        return DataSpec(num_outputs=len(self.vocab), labels=None, vocab=self.vocab.to_list(), chars=self.chars)
+
+    def make_item(self, item: dict[str, Any], split: str) -> dict[str, Any]:
+        return {"tokens": item["tokens"], "id": item["id"]}
+
+
 class TextClassificationDataModule(_TextDataModule):
     """A label per sentence. ``source``: ``synthetic`` (built in) | ``files`` (CSV / TSV / JSONL with
     ``text_column`` and ``label_column``: ``train_path``, optional ``val_path``/``test_path``).

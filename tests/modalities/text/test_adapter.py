@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from seqattn.modalities.text.adapter import TextAdapter
+from seqattn.modalities.text.chars import build_char_vocabulary
 from seqattn.modalities.text.vocab import PAD, UNK, UNK_INDEX, Vocabulary, read_word_vectors, tokenize
 from seqattn.core import Encoder
 from seqattn.model.heads import TokenHead
@@ -174,3 +175,24 @@ def test_ids_entry_point_for_export_equals_the_words_path():
         adapter(ids=batch["ids"])
     with pytest.raises(ValueError, match="bool mask of the same shape"):
         adapter(ids=batch["ids"], mask=batch["mask"][:, :2])
+
+
+def test_token_targets_are_vocabulary_ids_with_unknown_words_as_unk_and_padding_not_maskable():
+    vocab = Vocabulary.build(SENTENCES, lowercase=True).to_list()
+    adapter = TextAdapter(16, vocab, lowercase=True, char_dim=8, chars=build_char_vocabulary(w for s in SENTENCES for w in s))
+    words = [["I", "saw", "a", "zebra"], ["they", "can"]]
+    targets = adapter.token_targets({"words": words})
+    assert adapter.token_target_layout().kind == "class" and adapter.token_target_layout().size == len(vocab)
+    assert targets.kind == "class" and targets.size == len(vocab)
+    assert targets.values[0].tolist() == [vocab.index("i"), vocab.index("saw"), vocab.index("a"), UNK_INDEX]
+    assert targets.maskable.tolist() == [[True] * 4, [True, True, False, False]]  # padding is never maskable
+    ids, mask = adapter.encode(words)
+    same = adapter.token_targets({"ids": ids, "mask": mask})  # the export inputs give the same targets
+    assert torch.equal(same.values, targets.values) and torch.equal(same.maskable, targets.maskable)
+    # hiding replaces the whole vector, the character features of the word included
+    tokens = adapter(words)
+    hide = torch.zeros(2, 4, dtype=torch.bool)
+    hide[0, 3] = True
+    vector = torch.full((16,), 7.0)
+    hidden = adapter.mask_tokens(tokens, hide, vector)
+    assert torch.equal(hidden.x[0, 3], vector) and torch.equal(hidden.x[~hide], tokens.x[~hide])

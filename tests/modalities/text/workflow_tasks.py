@@ -33,8 +33,15 @@ def _conllu_files(tmp_path: Path) -> FileSource:
     return [f"data.train_path={tmp_path / 't.conllu'}"], "files", "synthetic"
 
 
+def _sentence_files(tmp_path: Path) -> FileSource:
+    (tmp_path / "sentences.txt").write_text("".join(f"I saw {i} boats near the old mill .\n" for i in range(10)))
+    return [f"data.train_path={tmp_path / 'sentences.txt'}"], "files", "synthetic"
+
+
 TASKS = {
     "text_tagging": Task(overrides=["task=text_tagging", *_TINY], predict_inputs=_text_inputs,
                          file_source=_conllu_files),
+    "text_pretrain": Task(overrides=["task=text_pretrain", *_TINY], predict_inputs=_text_inputs,
+                          file_source=_sentence_files, predicts=False),
     "text_cls": Task(overrides=["task=text_cls", *_TINY], predict_inputs=_text_inputs, file_source=_review_files),
 }

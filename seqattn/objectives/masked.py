@@ -1,0 +1,189 @@
+"""Masked-token modelling: pretraining on unlabelled data by hiding tokens and predicting them.
+
+One step (:meth:`MaskedModelling.forward`), for any adapter that declares token targets
+(:mod:`seqattn.model.protocols`: ``token_targets``, ``token_target_layout``, ``mask_tokens``):
+
+1. ``targets = adapter.token_targets(batch)``, from the **clean** batch: ``values`` ``[B, L]`` long
+   (``kind="class"``) or ``[B, L, F]`` float (``kind="regression"``), ``maskable [B, L]`` bool;
+2. :func:`choose_hidden` picks ``hide [B, L]`` among the maskable positions: ``ceil(mask_ratio · n / span)``
+   runs of ``span`` consecutive positions per sequence of ``n`` maskable tokens (at least one);
+3. the adapter's tokens at ``hide`` get the learned ``mask_vector [D]`` in place of their content
+   (``adapter.mask_tokens``), before any subsampling, global token and the encoder. Positions survive:
+   an encoder positional encoding is added inside the encoder, after this replacement; an adapter
+   that adds positions itself puts them back in its ``mask_tokens`` hook;
+4. the network's per-token head predicts each position's target from the encoder output; only the
+   hidden positions are scored: cross-entropy for ``class`` targets (``train/acc``, ``val/acc``:
+   accuracy over hidden tokens), mean squared error over the features for ``regression``.
+
+The loss is a mean over hidden tokens (the epoch loss weights each batch by them). Validation and
+test hide the same positions every epoch (a generator seeded per batch from ``eval_seed``), so
+``val/loss`` compares epochs; training draws from the global generator (seeded by the run).
+
+The head's size is the adapter's ``token_target_layout().size`` (not the data's classes). The mask
+vector lives in the objective (``mask_vector``), not in ``net``: fine-tuning (``init_from``) loads the
+adapter and encoder, never it. A checkpoint has no head to predict a task with: ``seqattn.load()``
+refuses it (:attr:`MaskedModelling.no_prediction`).
+
+Letters: b batch, l tokens, d width, c classes, f features.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from seqattn.datakit.spec import DataSpec
+from seqattn.model.build import build_network, build_part
+from seqattn.model.protocols import TargetLayout, TokenTargets, mask_tokens, token_target_layout, token_targets
+from seqattn.objectives.base import Objective
+from seqattn.objectives.predictions import Prediction
+
+
+def choose_hidden(maskable: torch.Tensor, ratio: float, span: int = 1,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """Positions to hide: ``maskable [B, L]`` bool -> ``hide [B, L]`` bool, a subset of ``maskable``.
+
+    Per sequence with ``n`` maskable positions, ``k = min(n, ceil(ratio · n / span))`` span starts are
+    drawn uniformly among them (at least one when ``n > 0``); each hides itself and the next
+    ``span - 1`` positions that are maskable. Random numbers come from ``generator`` (CPU) when given.
+    """
+    if maskable.dim() != 2 or maskable.dtype != torch.bool:
+        raise ValueError(f"maskable must be [B, L] bool, got {maskable.dtype} {tuple(maskable.shape)}")
+    n = maskable.sum(1)  # [B]
+    k = torch.minimum(n, torch.ceil(n.double() * ratio / span).long())  # [B] span starts
+    scores = torch.rand(maskable.shape, generator=generator).to(maskable.device)  # [B, L]
+    scores = scores.masked_fill(~maskable, 2.0)  # never drawn before a maskable position
+    rank = scores.argsort(1).argsort(1)  # [B, L] rank of each position's score in its row
+    starts = (rank < k.unsqueeze(1)) & maskable  # [B, L]
+    hide = starts.clone()
+    for j in range(1, min(span, maskable.shape[1])):
+        hide[:, j:] |= starts[:, :-j]  # a start at l hides l .. l + span - 1
+    return hide & maskable
+
+
+class MaskedModelling(Objective):
+    """Predict hidden tokens' targets (declared by the adapter) from their context.
+
+    Args (besides :class:`~seqattn.objectives.base.Objective`'s):
+        mask_ratio: fraction of each sequence's maskable tokens to hide, in ``(0, 1]``.
+        span: hide runs of this many consecutive tokens (1: single tokens; frames of a signal: longer).
+        eval_seed: seed of the positions hidden at validation / test (the same every epoch).
+    """
+
+    no_prediction = ("it is a pretraining checkpoint (masked-token modelling): its head predicts hidden tokens' "
+                     "training targets, not a task's labels, so it has nothing to predict with")
+
+    def __init__(self, *args: Any, mask_ratio: float = 0.15, span: int = 1, eval_seed: int = 0, **kwargs: Any) -> None:
+        if not (isinstance(mask_ratio, (int, float)) and 0.0 < float(mask_ratio) <= 1.0):
+            raise ValueError(f"mask_ratio must be in (0, 1] (the fraction of tokens hidden), got {mask_ratio!r}")
+        if not isinstance(span, int) or isinstance(span, bool) or span < 1:
+            raise ValueError(f"span must be an int >= 1 (consecutive tokens hidden together), got {span!r}")
+        super().__init__(*args, **kwargs)
+        self.mask_ratio, self.span, self.eval_seed = float(mask_ratio), int(span), int(eval_seed)
+        if not getattr(self.net.head, "per_token", False):
+            raise ValueError(f"masked modelling predicts every hidden token: it needs a per-token head (head=masked), "
+                             f"got {type(self.net.head).__name__} with per_token=False")
+        self.mask_vector = nn.Parameter(torch.randn(self.net.encoder.dim) * 0.02)  # [D]
+        self._eval_batches = 0
+
+    # --- building ----------------------------------------------------------------------
+    @property
+    def layout(self) -> TargetLayout:
+        """What the adapter's targets are (``kind``, ``size``)."""
+        return token_target_layout(self.net.adapter)
+
+    def build_net(self, net: dict, spec: DataSpec | None) -> nn.Module:
+        """The network with its head sized by the adapter's target layout (not by the data's classes)."""
+        net = dict(net)
+        if net.get("adapter") is None or net.get("head") is None:
+            raise ValueError(f"masked modelling needs a network with an adapter and a head, got keys {sorted(net)}")
+        adapter = build_part(net["adapter"], spec, "adapter")
+        layout = token_target_layout(adapter)
+        head = net["head"]
+        if isinstance(head, dict):
+            given = head.get("num_outputs")
+            if given is not None and int(given) != layout.size:
+                raise ValueError(f"head.num_outputs={given} contradicts the adapter's token targets ({layout.kind}, "
+                                 f"{layout.size}); leave it unset: masked modelling sizes the head from the adapter")
+            head = build_part({**head, "num_outputs": layout.size}, None, "head")
+        return build_network({**net, "adapter": adapter, "head": head}, spec)
+
+    def make_metrics(self) -> MetricCollection:
+        layout = self.layout
+        if layout.kind == "class":
+            return MetricCollection({"acc": MulticlassAccuracy(layout.size, average="micro")})
+        return MetricCollection({})
+
+    # --- one step ----------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._eval_batches = 0
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_batches = 0
+
+    def _generator(self) -> torch.Generator | None:
+        if self.training:
+            return None
+        self._eval_batches += 1
+        return torch.Generator().manual_seed(self.eval_seed * 1_000_003 + self._eval_batches)
+
+    def hide_tokens(self, tokens, hide: torch.Tensor):
+        """The adapter's tokens with ``hide [B, L]`` replaced by the mask vector (the adapter's hook)."""
+        if tuple(tokens.x.shape[:2]) != tuple(hide.shape):
+            raise ValueError(f"{type(self.net.adapter).__name__}.token_targets gave [B, L] = {tuple(hide.shape)} but "
+                             f"its tokens are {tuple(tokens.x.shape[:2])}: targets must be one per adapter token")
+        return mask_tokens(self.net.adapter, tokens, hide, self.mask_vector)
+
+    def forward(self, batch: dict, return_attention: bool | list[int] = False,
+                hide: torch.Tensor | None = None) -> dict:
+        """A masked pass: ``logits [B, L, C|F]``, ``mask [B, L]``, ``targets`` (:class:`TokenTargets`, from
+        the clean batch), ``hide [B, L]`` (the positions hidden and scored; given, or chosen here)."""
+        targets = token_targets(self.net.adapter, batch)  # before any masking
+        if targets.layout != self.layout:
+            raise ValueError(f"{type(self.net.adapter).__name__}.token_targets gave {targets.layout}, its layout "
+                             f"says {self.layout}")
+        if hide is None:
+            hide = choose_hidden(targets.maskable, self.mask_ratio, self.span, self._generator())
+        hide = hide & targets.maskable
+        out = self.net(batch, return_attention=return_attention, transform=lambda t: self.hide_tokens(t, hide))
+        if tuple(out["logits"].shape[:2]) != tuple(hide.shape):
+            raise ValueError(f"the network predicts {tuple(out['logits'].shape[:2])} tokens for {tuple(hide.shape)} "
+                             "targets: masked modelling needs one prediction per adapter token (no subsampling)")
+        out.update(targets=targets, hide=hide)
+        return out
+
+    def loss(self, out: dict, batch: dict) -> torch.Tensor:
+        """Mean over hidden tokens: cross-entropy (class) or squared error averaged over features
+        (regression). Unhidden positions add nothing, not even gradient."""
+        logits, hide, targets = out["logits"], out["hide"], out["targets"]
+        if not bool(hide.any()):
+            return logits.sum() * 0.0
+        predicted = logits[hide]  # [N, C] or [N, F]
+        wanted = targets.values[hide]  # [N] or [N, F]
+        if targets.kind == "class":
+            return F.cross_entropy(predicted.float(), wanted)
+        return F.mse_loss(predicted.float(), wanted.float())
+
+    def loss_weight(self, out: dict, batch: dict) -> int:
+        return int(out["hide"].sum())
+
+    def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden tokens only: ``(argmax [N], target [N])`` for class targets; empty for regression."""
+        hide, targets = out["hide"], out["targets"]
+        if targets.kind == "class":
+            return out["logits"][hide].argmax(-1), targets.values[hide]
+        empty = torch.zeros(0, dtype=torch.long, device=hide.device)
+        return empty, empty
+
+    def predict_step(self, batch: dict, batch_idx: int) -> Prediction:
+        raise ValueError(f"{self.no_prediction}; fine-tune it first: python -m seqattn.run task=<a labelled task> "
+                         "init_from=<this checkpoint>")
+
+
+__all__ = ["MaskedModelling", "TokenTargets", "choose_hidden"]

@@ -1,0 +1,204 @@
+"""Masked-token modelling (:mod:`seqattn.objectives.masked`) on a toy adapter: what is hidden, what is
+scored, what the encoder sees, and that the hidden tokens' loss falls."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from seqattn.core.tokens import Tokens
+from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
+from seqattn.objectives.masked import MaskedModelling, choose_hidden
+
+V, D = 12, 16
+
+
+class ToyAdapter(AdapterBase):
+    """``ids [B, L]`` (0 = padding) -> embeddings; targets: the id (class) or its one-hot features
+    (regression), maskable on real tokens."""
+
+    inputs = ("ids", "mask")
+
+    def __init__(self, dim: int, kind: str = "class") -> None:
+        super().__init__()
+        self.kind = kind
+        self.embedding = nn.Embedding(V, dim)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> Tokens:
+        return Tokens(x=self.embedding(ids) * mask.unsqueeze(-1), mask=mask)
+
+    def token_target_layout(self) -> TargetLayout:
+        return TargetLayout(self.kind, V)
+
+    def token_targets(self, batch: dict) -> TokenTargets:
+        ids, mask = batch["ids"], batch["mask"]
+        values = ids if self.kind == "class" else torch.nn.functional.one_hot(ids, V).float()
+        return TokenTargets(self.kind, values, mask, V)
+
+
+class Silent(AdapterBase):
+    inputs = ("ids",)
+
+    def forward(self, ids):
+        return Tokens(x=torch.zeros(*ids.shape, D))
+
+
+def _objective(kind: str = "class", ratio: float = 0.3, span: int = 1, global_token: bool = False) -> MaskedModelling:
+    torch.manual_seed(0)
+    net = {"_target_": "seqattn.model.network.SequenceModel", "global_token": global_token,
+           "adapter": {"_target_": f"{__name__}.ToyAdapter", "dim": D, "kind": kind},
+           "encoder": {"_target_": "seqattn.core.Encoder", "dim": D, "depth": 1, "heads": 2, "dropout": 0.0},
+           "head": {"_target_": "seqattn.model.heads.TokenHead", "dim": D}}
+    return MaskedModelling(net=net, mask_ratio=ratio, span=span, optimizer={"_target_": "torch.optim.Adam", "lr": 3e-3})
+
+
+def _batch(b: int = 6, length: int = 10, seed: int = 1) -> dict:
+    """Ids 1..V-1 with padding (0) after each sequence's length; the id at l is (l + first) mod, so a
+    hidden token is predictable from its neighbours."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, length + 1, (b,), generator=g)
+    lengths[0] = length
+    first = torch.randint(1, V, (b, 1), generator=g)
+    ids = (first + torch.arange(length)) % (V - 1) + 1  # [B, L] in 1..V-1
+    mask = torch.arange(length)[None] < lengths[:, None]
+    return {"ids": ids.masked_fill(~mask, 0), "mask": mask}
+
+
+def test_hidden_positions_are_maskable_ones_in_the_asked_number_and_spans():
+    g = torch.Generator().manual_seed(0)
+    maskable = torch.arange(40)[None] < torch.tensor([40, 25, 7, 1, 0])[:, None]  # [5, 40], padding after
+    maskable[0, 0] = False  # e.g. a position the adapter does not offer
+    for _ in range(20):
+        hide = choose_hidden(maskable, 0.15, 1, g)
+        assert not (hide & ~maskable).any()  # never padding, never a non-maskable token
+        n = maskable.sum(1)
+        assert hide.sum(1).tolist() == [min(int(k), math.ceil(0.15 * int(k))) for k in n]  # 6, 4, 2, 1, 0
+    assert torch.equal(choose_hidden(maskable, 1.0, 1, g), maskable)  # everything maskable, nothing else
+    spans = choose_hidden(torch.ones(1, 60, dtype=torch.bool), 0.1, 3, g)[0].int().tolist()
+    runs = "".join(map(str, spans)).split("0")
+    assert sum(spans) >= 3 and all(len(r) % 3 == 0 for r in runs if r)  # runs of 3 (touching runs merge)
+
+
+def test_padding_and_the_global_token_are_never_hidden_or_scored():
+    model = _objective(ratio=1.0, global_token=True)  # hide every maskable token
+    batch = _batch()
+    out = model(batch)
+    assert torch.equal(out["hide"], batch["mask"])  # all real tokens, no padding
+    assert out["logits"].shape[:2] == batch["mask"].shape  # the global token is not among the predictions
+
+
+def test_unhidden_positions_are_never_scored():
+    model = _objective(ratio=0.3)
+    model.eval()
+    batch = _batch()
+    out = model(batch)
+    logits = out["logits"].detach().requires_grad_(True)
+    loss = model.loss({**out, "logits": logits}, batch)
+    loss.backward()
+    hide = out["hide"]
+    assert hide.any() and (~hide & batch["mask"]).any()
+    assert logits.grad[~hide].abs().sum() == 0  # no gradient at an unhidden position ...
+    assert logits.grad[hide].abs().sum(-1).gt(0).all()  # ... and some at every hidden one
+    changed = logits.detach().clone()
+    changed[~hide] = torch.randn_like(changed[~hide]) * 10  # other predictions where nothing was hidden
+    assert torch.equal(model.loss({**out, "logits": changed}, batch), loss.detach())
+    assert model.loss_weight(out, batch) == int(hide.sum())
+
+
+def test_targets_come_from_the_clean_batch_before_masking():
+    model = _objective(ratio=0.5)
+    batch = _batch()
+    clean = {k: v.clone() for k, v in batch.items()}
+    out = model(batch)
+    hide, targets = out["hide"], out["targets"]
+    assert torch.equal(targets.values[hide], clean["ids"][hide])  # the hidden tokens' own ids, not a mask id
+    assert all(torch.equal(batch[k], clean[k]) for k in clean)  # the batch is not edited
+    preds, wanted = model.predictions(out, batch)
+    assert torch.equal(wanted, clean["ids"][hide]) and preds.shape == wanted.shape
+
+
+def test_the_encoder_sees_the_mask_vector_at_hidden_positions_and_the_tokens_elsewhere():
+    model = _objective(ratio=0.4)
+    model.eval()
+    batch = _batch()
+    seen = {}
+    model.net.encoder.register_forward_pre_hook(lambda mod, args: seen.update(x=args[0].x.detach().clone()))
+    out = model(batch)
+    hide, clean = out["hide"], model.net.adapter(batch["ids"], batch["mask"]).x.detach()
+    vector = model.mask_vector.detach()
+    assert torch.equal(seen["x"][hide], vector.expand(int(hide.sum()), D))
+    keep = batch["mask"] & ~hide
+    assert torch.equal(seen["x"][keep], clean[keep])
+    # so a hidden token's identity cannot reach the prediction: another id there changes nothing
+    other = dict(batch, ids=batch["ids"].masked_fill(hide, 5))
+    torch.testing.assert_close(model(other, hide=hide)["logits"], out["logits"], rtol=0, atol=0)
+
+
+def test_validation_hides_the_same_positions_every_epoch():
+    model = _objective()
+    model.eval()
+    batch = _batch()
+    model.on_validation_epoch_start()
+    first = model(batch)["hide"]
+    model.on_validation_epoch_start()
+    assert torch.equal(model(batch)["hide"], first)
+
+
+@pytest.mark.parametrize("kind", ["class", "regression"])
+def test_the_hidden_tokens_loss_falls_on_a_small_run(kind):
+    model = _objective(kind, ratio=0.3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    batches = [_batch(16, 12, seed) for seed in range(4)]
+    model.eval()
+    with torch.no_grad():
+        model.on_validation_epoch_start()
+        before = sum(float(model.loss(model(b), b)) for b in batches)
+    model.train()
+    for _ in range(60):
+        for b in batches:
+            loss = model.loss(model(b), b)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        model.on_validation_epoch_start()
+        after = sum(float(model.loss(model(b), b)) for b in batches)
+    assert after < 0.5 * before, (before, after)
+
+
+def test_regression_targets_are_scored_by_squared_error_and_report_no_accuracy():
+    model = _objective("regression", ratio=0.5)
+    batch = _batch()
+    out = model(batch)
+    hide = out["hide"]
+    want = torch.nn.functional.one_hot(batch["ids"], V).float()[hide]
+    torch.testing.assert_close(model.loss(out, batch), ((out["logits"][hide] - want) ** 2).mean())
+    assert dict(model.make_metrics().items()) == {}
+
+
+def test_bad_settings_and_an_adapter_without_targets_are_clear_errors():
+    with pytest.raises(ValueError, match="mask_ratio must be in"):
+        _objective(ratio=0.0)
+    with pytest.raises(ValueError, match="span must be an int"):
+        _objective(span=0)
+    net = {"_target_": "seqattn.model.network.SequenceModel", "adapter": {"_target_": f"{__name__}.Silent"},
+           "encoder": {"_target_": "seqattn.core.Encoder", "dim": D, "depth": 1, "heads": 2},
+           "head": {"_target_": "seqattn.model.heads.TokenHead", "dim": D}}
+    with pytest.raises(ValueError, match="adapter Silent declares no token targets"):
+        MaskedModelling(net=net)
+    with pytest.raises(ValueError, match="Silent declares no token targets"):
+        Silent().token_targets({})
+    with pytest.raises(ValueError, match="values must be"):
+        TokenTargets("class", torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), 4)
+    with pytest.raises(ValueError, match="kind='frames' is not one of"):
+        TargetLayout("frames", 3)
+
+
+def test_a_pretraining_model_has_nothing_to_predict_with():
+    model = _objective()
+    with pytest.raises(ValueError, match="pretraining checkpoint.*fine-tune it first"):
+        model.predict_step(_batch(), 0)

@@ -1,0 +1,131 @@
+"""End to end: `task=text_pretrain` learns to predict hidden words on unlabelled sentences, its checkpoint
+refuses to predict, and `task=text_tagging init_from=<it>` starts from its adapter and encoder."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+import seqattn
+from seqattn.run import build_objective, finetune_options, train
+from seqattn.training.checkpoint import read_checkpoint
+from seqattn.training.finetune import apply_finetune
+
+QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "callbacks.early_stopping=null",
+         "plot=false"]
+SMALL = ["data.synth.n_train=400", "data.synth.n_val=60", "data.synth.n_test=60", "data.batch_size=32",
+         "model.dim=32", "model.depth=2", "model.heads=2", *QUIET]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    from tests.workflows import compose
+
+    out = tmp_path_factory.mktemp("pretrain")
+    cfg = compose(["task=text_pretrain", *SMALL, "trainer.max_epochs=6", "objective.mask_ratio=0.3",
+                   "objective.optimizer.lr=5e-3"], out / "run", out / "data")
+    return train(cfg), out
+
+
+def _objective(cfg):
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return build_objective(cfg, datamodule)
+
+
+@pytest.mark.slow
+def test_pretraining_lowers_the_hidden_words_loss_and_keeps_what_fine_tuning_needs(pretrained):
+    metrics, _ = pretrained
+    with open(Path(metrics["output_dir"]) / "csv" / "metrics.csv", newline="") as f:
+        val = [float(r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")]
+    assert len(val) >= 6 and val[-1] < val[0] - 0.2 and val[-1] < min(val[:3]), val  # the hidden words' loss falls
+    assert 0.0 < metrics["test/acc"] <= 1.0 and "test/loss" in metrics
+    checkpoint = read_checkpoint(metrics["best_checkpoint"])
+    spec = checkpoint["hyper_parameters"]["spec"]
+    assert spec["vocab"][:2] == ["<pad>", "<unk>"] and len(spec["vocab"]) > 50 and spec["chars"]
+    assert checkpoint["seqattn_config"]["task_name"] == "text_pretrain"
+    state = checkpoint["state_dict"]
+    assert state["net.head.net.1.weight"].shape[0] == len(spec["vocab"])  # a head over the vocabulary
+    assert "mask_vector" in state and not any(k.startswith("net.") and "mask_vector" in k for k in state)
+
+
+@pytest.mark.slow
+def test_a_pretraining_checkpoint_says_it_has_no_head_to_predict_with(pretrained, tmp_path):
+    metrics, _ = pretrained
+    with pytest.raises(ValueError, match=r"pretraining checkpoint.*nothing to predict with.*init_from="):
+        seqattn.load(metrics["best_checkpoint"])
+    from seqattn.export import export
+
+    with pytest.raises(ValueError, match="cannot be exported: it is a pretraining checkpoint"):
+        export(metrics["best_checkpoint"], "torchscript", tmp_path / "m.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["text_tagging", "text_cls"])
+def test_fine_tuning_starts_from_the_pretrained_adapter_and_encoder_with_a_new_head(pretrained, task, tmp_path,
+                                                                                      caplog):
+    from tests.workflows import compose
+
+    metrics, out = pretrained
+    ckpt = metrics["best_checkpoint"]
+    same_model = [] if task == "text_tagging" else ["model=text_transformer", "adapter.char_dim=64"]
+    cfg = compose([f"task={task}", *SMALL, *same_model, "trainer.max_epochs=1", f"init_from={ckpt}"], tmp_path / "ft",
+                  out / "data")
+    model = _objective(cfg)
+    fresh_head = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("net.head.")}
+    with caplog.at_level("INFO", logger="seqattn.training.finetune"):
+        summary = apply_finetune(model, finetune_options(cfg))
+    assert "trained by seqattn.objectives.MaskedModelling" in caplog.text and "the head is new" in caplog.text
+    assert "net.adapter: 6, net.encoder:" in caplog.text  # the log lists what loaded
+    assert summary["new"] and all(n.startswith(("net.head.", "net.global_token")) for n in summary["new"])
+    source = read_checkpoint(ckpt)
+    pretrained_state, pretrained_vocab = source["state_dict"], source["hyper_parameters"]["spec"]["vocab"]
+    state = model.state_dict()
+    for name, value in state.items():
+        if name.startswith("net.encoder.") or (name.startswith("net.adapter.") and "table" not in name
+                                               and "embedding" not in name):
+            torch.testing.assert_close(value, pretrained_state[name], rtol=0, atol=0, msg=name)
+    words = model.net.adapter.vocab.words  # rows mapped by word, not by position
+    table, old = state["net.adapter.table.weight"], pretrained_state["net.adapter.table.weight"]
+    shared = [(i, pretrained_vocab.index(w)) for i, w in enumerate(words) if w in pretrained_vocab]
+    assert len(shared) > 10
+    for i, j in shared:
+        torch.testing.assert_close(table[i], old[j], rtol=0, atol=0)
+    for name, value in fresh_head.items():  # the head keeps its fresh initialisation
+        torch.testing.assert_close(state[name], value, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_another_width_or_positional_scheme_is_an_error_naming_both(pretrained, tmp_path):
+    from tests.workflows import compose
+
+    metrics, out = pretrained
+    ckpt = metrics["best_checkpoint"]
+    for override, message in (("model.positional=sinusoidal", "model.positional='rotary', this model "
+                                                               "model.positional='sinusoidal'"),
+                              ("model.dim=48", "model.dim=32, this model model.dim=48")):
+        cfg = compose(["task=text_tagging", *SMALL, override, f"init_from={ckpt}"], tmp_path / override, out / "data")
+        with pytest.raises(ValueError, match=message):
+            apply_finetune(_objective(cfg), finetune_options(cfg))
+
+
+def test_unlabelled_files_are_read_as_sentences(compose_cfg, tmp_path):
+    (tmp_path / "s.txt").write_text("".join(f"the cat sat {i} .\n\n  \nI saw a saw {i} .\n" for i in range(10)))
+    conllu = "".join(f"1\tI\tI\tPRON\t_\t_\t0\t_\t_\t_\n2\tsaw{i}\tsee\tVERB\t_\t_\t0\t_\t_\t_\n\n" for i in range(10))
+    (tmp_path / "t.conllu").write_text(conllu)
+    for path, words, n in ((tmp_path / "s.txt", ["the", "cat", "sat", "3", "."], 20),
+                           (tmp_path / "t.conllu", ["I", "saw0"], 10)):
+        cfg = compose_cfg(["task=text_pretrain", f"data.train_path={path}", "data.val_fraction=0.2",
+                           "data.test_fraction=0.2"])
+        data = instantiate(cfg.data)
+        data.setup("fit")
+        assert data.source == "files" and sum(data.split_sizes().values()) == n
+        batch = next(iter(data.train_dataloader()))
+        assert set(batch) == {"words", "ids"}  # no labels
+        assert any(it["tokens"] == words for split in data.datasets.values() for it in split)
+        assert data.spec().labels is None and data.spec().num_outputs == len(data.vocab)
