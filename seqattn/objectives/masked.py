@@ -86,7 +86,7 @@ class MaskedModelling(Objective):
             raise ValueError(f"span must be an int >= 1 (consecutive tokens hidden together), got {span!r}")
         super().__init__(*args, **kwargs)
         self.mask_ratio, self.span, self.eval_seed = float(mask_ratio), int(span), int(eval_seed)
-        if not getattr(self.net.head, "per_token", False):
+        if not self.net.head.per_token:  # declared by every head (checked when the network is built)
             raise ValueError(f"masked modelling predicts every hidden token: it needs a per-token head (head=masked), "
                              f"got {type(self.net.head).__name__} with per_token=False")
         self.mask_vector = nn.Parameter(torch.randn(self.net.encoder.dim) * 0.02)  # [D]

