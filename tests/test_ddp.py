@@ -12,6 +12,7 @@ import pytest
 
 import seqattn
 from seqattn.run import train
+from seqattn.training.checkpoint import build_model
 from tests.workflows import QUIET, TASKS, WORKFLOW_TASKS, compose, workflow_data_dir  # noqa: F401
 
 REPO = Path(seqattn.__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def test_ddp_on_two_cpu_processes_writes_one_run_directory(task, tmp_path):
     import lightning as L
     from hydra.utils import instantiate
 
-    model = seqattn.load(ddp / "checkpoints" / "best.ckpt").model
+    model = build_model(ddp / "checkpoints" / "best.ckpt")  # what seqattn.load builds (a pretraining one too)
     datamodule = instantiate(model.run_config["data"], _convert_="all")
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
     scored = trainer.test(model, datamodule=datamodule, verbose=False)[0]
@@ -70,7 +71,7 @@ def test_bf16_mixed_precision_runs_on_cpu(task, tmp_path, workflow_data_dir):
                                                    "trainer.precision=bf16-mixed"], tmp_path / "bf16",
                   workflow_data_dir)
     metrics = train(cfg)
-    model = seqattn.load(metrics["best_checkpoint"]).model
+    model = build_model(metrics["best_checkpoint"])
     datamodule = instantiate(cfg.data)
     fp32 = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
                      precision="32-true").test(model, datamodule=datamodule, verbose=False)[0]

@@ -16,8 +16,10 @@ One step (:meth:`MaskedModelling.forward`), for any adapter that declares token 
    accuracy over hidden tokens), mean squared error over the features for ``regression``.
 
 The loss is a mean over hidden tokens (the epoch loss weights each batch by them). Validation and
-test hide the same positions every epoch (a generator seeded per batch from ``eval_seed``), so
-``val/loss`` compares epochs; training draws from the global generator (seeded by the run).
+test hide positions chosen by a hash of each sequence's targets and ``eval_seed``
+(:func:`content_scores`): the same every epoch, and the same whatever the batch size, the batch
+order or the number of processes, so ``val/loss`` compares epochs and a DDP test equals a
+one-process test; training draws from the global generator (seeded by the run).
 
 The head's size is the adapter's ``token_target_layout().size`` (not the data's classes). The mask
 vector lives in the objective (``mask_vector``), not in ``net``: fine-tuning (``init_from``) loads the
@@ -45,19 +47,53 @@ from seqattn.objectives.base import Objective
 from seqattn.objectives.predictions import Prediction
 
 
+_M1, _M2, _GOLD = 0xBF58476D1CE4E5B9 - 2**64, 0x94D049BB133111EB - 2**64, 0x9E3779B97F4A7C15 - 2**64
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A splitmix64-style integer hash of an int64 tensor, elementwise (wrapping arithmetic)."""
+    x = x + _GOLD
+    x = (x ^ (x >> 30)) * _M1
+    x = (x ^ (x >> 27)) * _M2
+    return x ^ (x >> 31)
+
+
+def content_scores(targets: TokenTargets, seed: int = 0) -> torch.Tensor:
+    """``[B, L]`` float64 in ``[0, 1)``: a deterministic score per position from a hash of the position,
+    ``seed`` and the sequence's maskable targets (regression values quantised to 2^-16), so the same
+    sequence gets the same scores in any batch."""
+    values = targets.values
+    if targets.kind == "regression":
+        q = torch.round(values.double() * 65536).long()  # [B, L, F]
+        f = torch.arange(q.shape[-1], device=q.device)
+        key = _mix(q + f * 1_000_003).sum(-1)  # [B, L]
+    else:
+        key = values.long()
+    length = key.shape[1]
+    pos = torch.arange(length, device=key.device)
+    token = _mix(_mix(key) + pos)  # [B, L]
+    row = torch.where(targets.maskable, token, torch.zeros_like(token)).sum(1, keepdim=True)  # [B, 1]
+    x = _mix(row ^ _mix(pos + int(seed) * 7919))  # [B, L]
+    return (x & ((1 << 53) - 1)).double() / float(1 << 53)
+
+
 def choose_hidden(maskable: torch.Tensor, ratio: float, span: int = 1,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+                  generator: torch.Generator | None = None, scores: torch.Tensor | None = None) -> torch.Tensor:
     """Positions to hide: ``maskable [B, L]`` bool -> ``hide [B, L]`` bool, a subset of ``maskable``.
 
     Per sequence with ``n`` maskable positions, ``k = min(n, ceil(ratio · n / span))`` span starts are
     drawn uniformly among them (at least one when ``n > 0``); each hides itself and the next
-    ``span - 1`` positions that are maskable. Random numbers come from ``generator`` (CPU) when given.
+    ``span - 1`` positions that are maskable. Random numbers come from ``generator`` (CPU) when given;
+    ``scores [B, L]`` in ``[0, 1)`` (e.g. :func:`content_scores`) replace them (the lowest are drawn).
     """
     if maskable.dim() != 2 or maskable.dtype != torch.bool:
         raise ValueError(f"maskable must be [B, L] bool, got {maskable.dtype} {tuple(maskable.shape)}")
     n = maskable.sum(1)  # [B]
     k = torch.minimum(n, torch.ceil(n.double() * ratio / span).long())  # [B] span starts
-    scores = torch.rand(maskable.shape, generator=generator).to(maskable.device)  # [B, L]
+    if scores is None:
+        scores = torch.rand(maskable.shape, generator=generator).to(maskable.device)  # [B, L]
+    elif scores.shape != maskable.shape:
+        raise ValueError(f"scores must be [B, L] = {tuple(maskable.shape)}, got {tuple(scores.shape)}")
     scores = scores.masked_fill(~maskable, 2.0)  # never drawn before a maskable position
     rank = scores.argsort(1).argsort(1)  # [B, L] rank of each position's score in its row
     starts = (rank < k.unsqueeze(1)) & maskable  # [B, L]
@@ -90,7 +126,6 @@ class MaskedModelling(Objective):
             raise ValueError(f"masked modelling predicts every hidden token: it needs a per-token head (head=masked), "
                              f"got {type(self.net.head).__name__} with per_token=False")
         self.mask_vector = nn.Parameter(torch.randn(self.net.encoder.dim) * 0.02)  # [D]
-        self._eval_batches = 0
 
     # --- building ----------------------------------------------------------------------
     @property
@@ -121,17 +156,6 @@ class MaskedModelling(Objective):
         return MetricCollection({})
 
     # --- one step ----------------------------------------------------------------------
-    def on_validation_epoch_start(self) -> None:
-        self._eval_batches = 0
-
-    def on_test_epoch_start(self) -> None:
-        self._eval_batches = 0
-
-    def _generator(self) -> torch.Generator | None:
-        if self.training:
-            return None
-        self._eval_batches += 1
-        return torch.Generator().manual_seed(self.eval_seed * 1_000_003 + self._eval_batches)
 
     def hide_tokens(self, tokens, hide: torch.Tensor):
         """The adapter's tokens with ``hide [B, L]`` replaced by the mask vector (the adapter's hook)."""
@@ -148,8 +172,9 @@ class MaskedModelling(Objective):
         if targets.layout != self.layout:
             raise ValueError(f"{type(self.net.adapter).__name__}.token_targets gave {targets.layout}, its layout "
                              f"says {self.layout}")
-        if hide is None:
-            hide = choose_hidden(targets.maskable, self.mask_ratio, self.span, self._generator())
+        if hide is None:  # training: random; evaluation: by content, the same in every batch and process
+            scores = None if self.training else content_scores(targets, self.eval_seed)
+            hide = choose_hidden(targets.maskable, self.mask_ratio, self.span, scores=scores)
         hide = hide & targets.maskable
         out = self.net(batch, return_attention=return_attention, transform=lambda t: self.hide_tokens(t, hide))
         if tuple(out["logits"].shape[:2]) != tuple(hide.shape):
@@ -186,4 +211,4 @@ class MaskedModelling(Objective):
                          "init_from=<this checkpoint>")
 
 
-__all__ = ["MaskedModelling", "TokenTargets", "choose_hidden"]
+__all__ = ["MaskedModelling", "TokenTargets", "choose_hidden", "content_scores"]

@@ -137,14 +137,18 @@ def test_the_encoder_sees_the_mask_vector_at_hidden_positions_and_the_tokens_els
     torch.testing.assert_close(model(other, hide=hide)["logits"], out["logits"], rtol=0, atol=0)
 
 
-def test_validation_hides_the_same_positions_every_epoch():
+def test_evaluation_hides_the_same_positions_in_any_batch_and_training_draws_anew():
     model = _objective()
     model.eval()
     batch = _batch()
-    model.on_validation_epoch_start()
     first = model(batch)["hide"]
-    model.on_validation_epoch_start()
-    assert torch.equal(model(batch)["hide"], first)
+    assert torch.equal(model(batch)["hide"], first)  # every epoch the same
+    reordered = {k: v.flip(0)[:3] for k, v in batch.items()}  # other batch-mates, another order, less padding
+    width = int(reordered["mask"].sum(1).max())
+    reordered = {k: v[:, :width] for k, v in reordered.items()}
+    assert torch.equal(model(reordered)["hide"], first.flip(0)[:3, :width])
+    model.train()
+    assert not all(torch.equal(model(batch)["hide"], first) for _ in range(3))
 
 
 @pytest.mark.parametrize("kind", ["class", "regression"])
@@ -154,7 +158,6 @@ def test_the_hidden_tokens_loss_falls_on_a_small_run(kind):
     batches = [_batch(16, 12, seed) for seed in range(2)]
     model.eval()
     with torch.no_grad():
-        model.on_validation_epoch_start()
         before = sum(float(model.loss(model(b), b)) for b in batches)
     model.train()
     for _ in range(25):
@@ -165,7 +168,6 @@ def test_the_hidden_tokens_loss_falls_on_a_small_run(kind):
             optimizer.step()
     model.eval()
     with torch.no_grad():
-        model.on_validation_epoch_start()
         after = sum(float(model.loss(model(b), b)) for b in batches)
     assert after < 0.7 * before, (before, after)
 
