@@ -238,6 +238,27 @@ def apply_threads(setting: Any, model: torch.nn.Module, load: LoadProbe | None =
     return choice
 
 
+def build_trainer(cfg: DictConfig, plan: RunPlan, out_dir: Path, resumed: bool = False,
+                  **arguments: Any) -> tuple[L.Trainer, list[Any]]:
+    """The run's Trainer and its callbacks, as ``seqattn.run`` trains (``seqattn.bench overhead`` times
+    the same loop): the config's callbacks under the plan, its loggers, ``plan.trainer_arguments()``;
+    ``arguments`` go to the Trainer on top. ``resumed``: the CSV curves continue the checkpoint's."""
+    callbacks = build_callbacks(cfg, plan)
+    callbacks.append(RunFolder(out_dir))  # checkpoints name their folder; resumed in a copy, their paths move into it
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
+    if cfg.trainer.get("enable_model_summary") is not False and not any(
+            isinstance(c, L.pytorch.callbacks.ModelSummary) for c in callbacks):
+        callbacks.append(QuietModelSummary())  # Lightning's own would print "Total FLOPs: 0"
+    loggers = _instantiate_all(cfg.get("logger"))
+    if resumed:  # csv/metrics.csv keeps the rows before the checkpoint, appends the rest
+        continue_curves(loggers, cfg.ckpt_path)
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                                     default_root_dir=str(out_dir), enable_model_summary=False,
+                                     **{**plan.trainer_arguments(), **arguments})
+    return trainer, callbacks
+
+
 def _finite_metrics(metrics: dict[str, Any], reasons: dict[str, str]) -> dict[str, Any]:
     """NaN / inf metric values -> None (valid JSON), each listed under ``undefined`` with the reason."""
     out, undefined = {}, {}
@@ -288,19 +309,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("run plan: %s (%s)", plan.describe(), write_plan(out_dir, plan))
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
 
-    callbacks = build_callbacks(cfg, plan)
-    callbacks.append(RunFolder(out_dir))  # checkpoints name their folder; resumed in a copy, their paths move into it
-    if not cfg.trainer.get("enable_progress_bar", True):
-        callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
-    if cfg.trainer.get("enable_model_summary") is not False and not any(
-            isinstance(c, L.pytorch.callbacks.ModelSummary) for c in callbacks):
-        callbacks.append(QuietModelSummary())  # Lightning's own would print "Total FLOPs: 0"
-    loggers = _instantiate_all(cfg.get("logger"))
-    if is_rank_zero and cfg.get("resume"):  # csv/metrics.csv keeps the rows before the checkpoint, appends the rest
-        continue_curves(loggers, cfg.ckpt_path)
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
-                                     default_root_dir=str(out_dir), enable_model_summary=False,
-                                     **plan.trainer_arguments())
+    trainer, callbacks = build_trainer(cfg, plan, out_dir, resumed=is_rank_zero and bool(cfg.get("resume")))
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %s encoder, %.2fk parameters", type(model.net.encoder).__name__, n_params / 1e3)
 
