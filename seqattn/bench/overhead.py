@@ -10,7 +10,8 @@ seed, same config) is trained ``--steps`` steps four ways, one after the other:
   data pipeline, collate included, adds);
 - ``recipe``: ``trainer.fit`` through the Trainer and callbacks ``seqattn.run`` builds
   (:func:`seqattn.run.build_trainer`: progress bar drawn as in a terminal, logger, checkpoints, epoch
-  summary, metrics and per-step logging in ``training_step``), validation off;
+  summary, metrics and per-step logging in ``training_step``), validation off (and with it what acts
+  on validation metrics: checkpoint choice, early stopping, the monitor guard);
 - ``recipe, no bar``: the same with ``trainer.enable_progress_bar=false`` (the bar's cost).
 
 Each way's step time is the median of the time between the ends of consecutive steps after
@@ -68,6 +69,7 @@ def measure_task(task: str, args: argparse.Namespace) -> dict[str, Any]:
     from omegaconf import open_dict
 
     from seqattn.run import build_objective, build_trainer, plan_run
+    from seqattn.training.callbacks import MonitorGuard
     from seqattn.training.threads import parse_setting
 
     threads = parse_setting(args.threads)
@@ -100,7 +102,7 @@ def measure_task(task: str, args: argparse.Namespace) -> dict[str, Any]:
     def bare(batches) -> tuple[list[float], list[float]]:
         model = fresh_model()
         model.train()
-        optimizer = instantiate(model.optimizer_cfg, _partial_=True)(params=model.parameter_groups())
+        optimizer = model.build_optimizer()  # the recipe's optimizer, as configure_optimizers builds it
         scheduler = instantiate(model.scheduler_cfg)(optimizer, total_steps=total) if model.scheduler_cfg else None
         ends, losses = [], []
         for _, batch in zip(range(total), batches):
@@ -135,7 +137,10 @@ def measure_task(task: str, args: argparse.Namespace) -> dict[str, Any]:
         timer = StepEnds()
         trainer, _ = build_trainer(run_cfg, plan, Path(run_cfg.paths.output_dir), max_epochs=-1, max_steps=total,
                                    limit_val_batches=0, num_sanity_val_steps=0)
-        trainer.callbacks.append(timer)
+        # validation is off: what acts on its metrics (checkpoint choice, early stopping, the monitor guard)
+        # is left out, or a task whose epoch is one step (social) would stop at its first epoch's end
+        watchers = (L.pytorch.callbacks.ModelCheckpoint, L.pytorch.callbacks.EarlyStopping, MonitorGuard)
+        trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, watchers)] + [timer]
         try:
             trainer.fit(model, datamodule=datamodule)
         except Exception as err:  # noqa: BLE001 -- after the timed steps (e.g. a missing monitor at the end)
