@@ -1,7 +1,8 @@
 """``python -m seqattn.bench overhead``: the recipe's Lightning loop against a bare PyTorch loop, per task.
 
 For each task (one per ``conf/task/*.yaml``), in a fresh process per task, the same network (same
-seed, same config) is trained ``--steps`` steps four ways, one after the other:
+seed, same config) is trained ``--steps`` steps four ways, in turn, ``--rounds`` times (every other
+round in reverse order, so that a load that drifts disturbs every way alike):
 
 - ``bare``: a plain loop over batches collated beforehand: ``net(batch)``, the objective's loss,
   ``backward()``, gradient clipping as the trainer config asks, the recipe's optimizer and
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {','.join(TASKS)}")
     parser.add_argument("--steps", type=int, default=30, help="timed training steps per way")
     parser.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
+    parser.add_argument("--rounds", type=int, default=2, help="the four ways in turn, this many times")
     parser.add_argument("--threads", default="1", help="cpu_threads of every way (1 on a shared machine)")
     parser.add_argument("--overrides", nargs="*", default=[], help="overrides for every task's config")
     parser.add_argument("--work-dir", default="outputs/bench_overhead", help="run directories go here")
@@ -150,17 +152,22 @@ def measure_task(task: str, args: argparse.Namespace) -> dict[str, Any]:
         return timer.ends, timer.losses
 
     fixed = [b for _, b in zip(range(total), loader_batches())]
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
+    first_losses: dict[str, list[float]] = {}
+    for round_ in range(args.rounds):  # the ways in turn, every other round backwards: a load drift hits all
+        for way in (WAYS if round_ % 2 == 0 else WAYS[::-1]):
+            if way == "bare":
+                ends, losses = bare(fixed)
+            elif way == "bare+loader":
+                ends, losses = bare(loader_batches())
+            else:
+                ends, losses = recipe(progress_bar=way == "recipe")
+            times[way] += _step_times(ends, args.warmup)
+            first_losses.setdefault(way, losses[:5])
     results: dict[str, Any] = {}
     for way in WAYS:
-        if way == "bare":
-            ends, losses = bare(fixed)
-        elif way == "bare+loader":
-            ends, losses = bare(loader_batches())
-        else:
-            ends, losses = recipe(progress_bar=way == "recipe")
-        times = _step_times(ends, args.warmup)
-        results[way] = {"step_ms": statistics.median(times) * 1e3, "steps_ms": [t * 1e3 for t in times],
-                        "losses": losses[:5]}
+        results[way] = {"step_ms": statistics.median(times[way]) * 1e3, "steps_ms": [t * 1e3 for t in times[way]],
+                        "losses": first_losses[way]}
         print(f"[{task} {way}] {results[way]['step_ms']:.1f} ms per step", file=sys.stderr, flush=True)
     parameters = sum(p.numel() for p in fresh_model().parameters())
     return {"task": task, "status": "ok", "threads": torch.get_num_threads(), "parameters": parameters,
@@ -196,6 +203,7 @@ def _child(task: str, args: argparse.Namespace) -> dict[str, Any]:
         result = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "seqattn.bench", "overhead", "--one", task, "--result", str(result),
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
+               "--rounds", str(args.rounds),
                "--work-dir", str(args.work_dir), "--overrides", *args.overrides]
         try:
             proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -225,8 +233,8 @@ def run(args: argparse.Namespace) -> int:
         results.append(r)
         if r.get("error"):
             print(r["error"], flush=True)
-    caption = (f"Training steps of each recipe's network ({args.steps} timed after {args.warmup}, median ms per "
-               f"step, cpu_threads={args.threads}): bare PyTorch loop (batches collated beforehand / drawn from "
+    caption = (f"Training steps of each recipe's network ({args.steps} timed after {args.warmup} per way and round, "
+               f"{args.rounds} round(s) with the ways in turn, median ms per step, cpu_threads={args.threads}): bare PyTorch loop (batches collated beforehand / drawn from "
                "the recipe's DataLoader) vs the recipe's Lightning loop (seqattn.run's Trainer and callbacks, "
                "validation off; progress bar drawn as in a terminal / off), one process per task.")
     write_report(args, command, [caption, "", format_table(results)], results, [], load_before, os.getloadavg())

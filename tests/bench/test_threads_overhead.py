@@ -90,13 +90,13 @@ def test_overhead_suite_tiny(tmp_path):
     """One task in its own process: every way timed, the table's numbers are the JSON's."""
     js, out = tmp_path / "o.json", tmp_path / "o.md"
     proc = subprocess.run([sys.executable, "-m", "seqattn.bench", "overhead", "--tasks", "text_cls", "--steps", "3",
-                           "--warmup", "1", "--work-dir", str(tmp_path / "w"), "--json", str(js), "--out", str(out),
+                           "--warmup", "1", "--rounds", "2", "--work-dir", str(tmp_path / "w"), "--json", str(js), "--out", str(out),
                            "--overrides", *TINY], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (cell,) = json.loads(js.read_text())["cells"]
     assert cell["status"] == "ok" and cell["threads"] == 1 and set(cell["ways"]) == set(overhead.WAYS)
     for way in overhead.WAYS:
-        assert cell["ways"][way]["step_ms"] > 0 and len(cell["ways"][way]["steps_ms"]) == 3
+        assert cell["ways"][way]["step_ms"] > 0 and len(cell["ways"][way]["steps_ms"]) == 2 * 3  # 2 rounds
         assert len(cell["ways"][way]["losses"]) == 5 and all(loss > 0 for loss in cell["ways"][way]["losses"])
     header, body = _table(out.read_text())
     assert body[0][0] == "text_cls"
