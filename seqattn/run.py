@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,10 +42,14 @@ from seqattn.training.quiet import quiet_known_noise
 from seqattn.training.resume import (RunFolder, continue_curves, finished_run, keep_previous_metrics,
                                     resumable_train_loader, resume_config)
 from seqattn.training.sweep import record_failure
+from seqattn.training.threads import LoadProbe, ThreadChoice, choose_threads, parse_setting
 
 log = logging.getLogger("seqattn.run")
 
 _ABSENT = object()
+#: torch's intra-op threads before any run set them (one per physical core, or OMP_NUM_THREADS): what
+#: cpu_threads=null keeps and the most cpu_threads=auto uses, also for a second run in the same process
+_TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 
 def _required(cfg: DictConfig, key: str) -> Any:
@@ -219,6 +225,40 @@ def check_lengths(model: L.LightningModule, datamodule: L.LightningDataModule) -
                              "use model.positional=sinusoidal|rotary (any length)")
 
 
+def apply_threads(setting: Any, model: torch.nn.Module, load: LoadProbe | None = None) -> ThreadChoice:
+    """Set torch's intra-op threads from ``cpu_threads`` (:mod:`seqattn.training.threads`) and log the
+    count and why in one INFO line. ``load``: the probe started with the run (other processes' load)."""
+    parsed = parse_setting(setting)
+    default = torch.get_num_threads() if parsed is None else _TORCH_DEFAULT_THREADS  # null: left as it is
+    other = load.other_load if load is not None else None  # measured only when the choice needs it
+    choice = choose_threads(setting, sum(p.numel() for p in model.parameters()), default, os.cpu_count() or 1, other)
+    if parsed is not None:
+        torch.set_num_threads(choice.threads)
+    log.info("%s", choice.describe())
+    return choice
+
+
+def build_trainer(cfg: DictConfig, plan: RunPlan, out_dir: Path, resumed: bool = False,
+                  **arguments: Any) -> tuple[L.Trainer, list[Any]]:
+    """The run's Trainer and its callbacks, as ``seqattn.run`` trains (``seqattn.bench overhead`` times
+    the same loop): the config's callbacks under the plan, its loggers, ``plan.trainer_arguments()``;
+    ``arguments`` go to the Trainer on top. ``resumed``: the CSV curves continue the checkpoint's."""
+    callbacks = build_callbacks(cfg, plan)
+    callbacks.append(RunFolder(out_dir))  # checkpoints name their folder; resumed in a copy, their paths move into it
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
+    if cfg.trainer.get("enable_model_summary") is not False and not any(
+            isinstance(c, L.pytorch.callbacks.ModelSummary) for c in callbacks):
+        callbacks.append(QuietModelSummary())  # Lightning's own would print "Total FLOPs: 0"
+    loggers = _instantiate_all(cfg.get("logger"))
+    if resumed:  # csv/metrics.csv keeps the rows before the checkpoint, appends the rest
+        continue_curves(loggers, cfg.ckpt_path)
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                                     default_root_dir=str(out_dir), enable_model_summary=False,
+                                     **{**plan.trainer_arguments(), **arguments})
+    return trainer, callbacks
+
+
 def _finite_metrics(metrics: dict[str, Any], reasons: dict[str, str]) -> dict[str, Any]:
     """NaN / inf metric values -> None (valid JSON), each listed under ``undefined`` with the reason."""
     out, undefined = {}, {}
@@ -239,9 +279,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Lightning's and PyTorch's messages a user cannot act on (seqattn.training.quiet)
     quiet_known_noise(resuming=bool(cfg.get("resume")))
     torch.set_float32_matmul_precision(cfg.matmul_precision)
-    threads = cfg.get("cpu_threads")
-    if threads:  # tiny steps: intra-op threads only add synchronisation (each op waits for every thread)
-        torch.set_num_threads(int(threads))
+    parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
+    load = LoadProbe()  # other processes' CPU load while the data is read (cpu_threads=auto)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
     # DDP: every rank runs this function; only rank 0 writes the run's files (Lightning's loggers and
@@ -262,6 +301,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.warning("%s", plan.selection_message)
     model = build_objective(cfg, datamodule, plan)
     check_lengths(model, datamodule)
+    plan = replace(plan, threads=apply_threads(cfg.get("cpu_threads"), model, load).to_dict())
     finetune = apply_finetune(model, finetune_options(cfg))  # init_from / freeze / finetune.pretrained_lr_mult
     distill = apply_distill(model, distill_options(cfg))  # distill.teacher / temperature / alpha
     if is_rank_zero:
@@ -269,19 +309,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("run plan: %s (%s)", plan.describe(), write_plan(out_dir, plan))
     model.run_config = OmegaConf.to_container(cfg, resolve=True)  # travels inside every checkpoint
 
-    callbacks = build_callbacks(cfg, plan)
-    callbacks.append(RunFolder(out_dir))  # checkpoints name their folder; resumed in a copy, their paths move into it
-    if not cfg.trainer.get("enable_progress_bar", True):
-        callbacks = [c for c in callbacks if not isinstance(c, L.pytorch.callbacks.ProgressBar)]
-    if cfg.trainer.get("enable_model_summary") is not False and not any(
-            isinstance(c, L.pytorch.callbacks.ModelSummary) for c in callbacks):
-        callbacks.append(QuietModelSummary())  # Lightning's own would print "Total FLOPs: 0"
-    loggers = _instantiate_all(cfg.get("logger"))
-    if is_rank_zero and cfg.get("resume"):  # csv/metrics.csv keeps the rows before the checkpoint, appends the rest
-        continue_curves(loggers, cfg.ckpt_path)
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
-                                     default_root_dir=str(out_dir), enable_model_summary=False,
-                                     **plan.trainer_arguments())
+    trainer, callbacks = build_trainer(cfg, plan, out_dir, resumed=is_rank_zero and bool(cfg.get("resume")))
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %s encoder, %.2fk parameters", type(model.net.encoder).__name__, n_params / 1e3)
 

@@ -13,6 +13,10 @@ found at run time (a module or sub-package without both is a helper, e.g. ``meas
   types, against a reference model from a well-kept library on the same split;
 - ``recipes`` (:mod:`seqattn.bench.recipes`): every recipe (one per ``conf/task/*.yaml``) with its
   wall time and test metrics, variants (precision switches, another revision) interleaved side by side.
+- ``threads`` (:mod:`seqattn.bench.threads`): every recipe's whole command at 1 and 2 threads, alone
+  and beside a busy process the cell starts, and what ``cpu_threads=auto`` picks;
+- ``overhead`` (:mod:`seqattn.bench.overhead`): every recipe's Lightning loop against a bare PyTorch
+  loop on the same network and batches (the framework's cost per step, the progress bar's).
 
 An unknown suite exits with status 2 and a message naming the known ones. Speed is
 reported as ratios measured side by side in one run, never as a timed test.

@@ -22,6 +22,10 @@ from typing import Any, Callable
 
 MIB = 2**20
 
+#: environment of a timed ``seqattn.run`` subprocess whose output is captured: Rich (the progress bar)
+#: draws as in an interactive terminal, so a bench times the command a user types in one
+TERMINAL_ENV = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120", "LINES": "40"}
+
 
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:

@@ -5,7 +5,7 @@ every task (one per ``conf/task/<task>.yaml``, sorted) and variant, interleaved 
 variant by variant, ``--rounds`` times), so that a machine whose load drifts disturbs every variant
 alike, and writes one table: wall seconds (the whole command: start-up, data, fit, test, figures),
 fit seconds, epochs and the test metrics, with each variant's wall time as a ratio to the first
-variant's.
+variant's. The command is the one a user types: progress bar on, drawn as in a terminal.
 
 Variants are ``name=overrides`` (space-separated Hydra overrides; empty for the defaults), e.g. the
 CPU precision switches::
@@ -32,12 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seqattn.bench.measure import write_report
+from seqattn.bench.measure import TERMINAL_ENV, write_report
 from seqattn.configs import CONFIG_DIR, task_names
 
 #: every recipe, one per ``conf/task/<task>.yaml`` (a new task is benchmarked without editing this file)
 TASKS = tuple(task_names())
-QUIET = ("trainer.enable_progress_bar=false",)
+#: none: the command as a user types it, its progress bar drawn as in a terminal (TERMINAL_ENV)
+QUIET: tuple[str, ...] = ()
 
 
 def _variant(text: str) -> tuple[str, list[str]]:
@@ -77,7 +78,7 @@ def run_one(task: str, name: str, overrides: list[str], args: argparse.Namespace
     run_dir = Path(args.work_dir).resolve() / task / f"{name}-{round_}"
     cmd = [sys.executable, "-m", "seqattn.run", f"task={task}", *QUIET, *args.overrides, *overrides,
            f"hydra.run.dir={run_dir}"]
-    env = dict(os.environ)
+    env = dict(os.environ, **TERMINAL_ENV)
     cwd = None
     if source:
         env["PYTHONPATH"] = str(Path(source).resolve())

@@ -108,6 +108,9 @@ class RunPlan:
         validate: False = no validation loop (``limit_val_batches=0``, ``num_sanity_val_steps=0``).
         budget: how ``budget.steps`` set the epochs (None without a budget).
         selection: why there is no monitor (None when there is one).
+        threads: the intra-op thread count and why (:class:`seqattn.training.threads.ThreadChoice` as a
+            dict: ``threads``, ``reason``, ``setting``, ``other_load``); None until ``seqattn.run`` decides it.
+            Decided again by a resumed run (the machine's load is not the plan's).
     """
 
     max_epochs: int | None
@@ -117,6 +120,7 @@ class RunPlan:
     validate: bool
     budget: StepBudget | None = None
     selection: NoSelection | None = None
+    threads: dict[str, Any] | None = None
 
     @property
     def budget_message(self) -> str | None:

@@ -92,9 +92,11 @@ def run_recipe(overrides: list[str], out_dir: Path, timeout: float = 1800) -> tu
     """``python -m seqattn.run <overrides>`` in a subprocess (the user's command), writing into
     ``out_dir``; returns ``(metrics.json, wall seconds)``. A failure raises with the run's output tail."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "seqattn.run", *overrides, f"hydra.run.dir={out_dir}",
-           "trainer.enable_progress_bar=false"]
-    env = dict(os.environ, HYDRA_FULL_ERROR="1")
+    cmd = [sys.executable, "-m", "seqattn.run", *overrides, f"hydra.run.dir={out_dir}"]
+    # the command as typed in a terminal: the progress bar on and drawn (bench.measure.TERMINAL_ENV)
+    from seqattn.bench.measure import TERMINAL_ENV
+
+    env = dict(os.environ, HYDRA_FULL_ERROR="1", **TERMINAL_ENV)
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     seconds = time.perf_counter() - start

@@ -1,0 +1,235 @@
+"""``python -m seqattn.bench threads``: every recipe's whole command at 1 and 2 threads, alone and busy.
+
+For each task (one per ``conf/task/*.yaml``) it runs the command a user types, ``python -m seqattn.run
+task=T cpu_threads=N <bounded run>``, in a subprocess (progress bar on, as in a terminal), for every
+thread count of ``--threads``: first alone, then beside **one busy process the cell starts itself** (a
+plain matmul loop on ``--busy-threads`` threads, the shape of a neighbour's training; killed after
+the task's busy runs). The bounded run is ``--steps`` training steps (one epoch of at most that many
+batches; a task with fewer batches per epoch trains more epochs), two validation and two test
+batches, no figures: short enough to time every recipe in a few minutes, long enough that the steps,
+not the start-up, take most of the time of the slow recipes.
+
+The table has each arm's wall seconds (the whole command, start-up included), the ratios that the
+thread choice is judged by, and what ``cpu_threads=auto`` picks in each condition: the
+:func:`seqattn.training.threads.choose_threads` decision for the network's parameter count and the
+other processes' load measured during that condition's runs (from ``/proc/stat``, this bench's and
+the run's own CPU time taken out), with the time of the arm it picks. The goal (issue 20): ``auto``
+alone at most the time of torch's default (all cores) alone, and ``auto`` beside the busy process
+within 2x of ``auto`` alone.
+
+On a machine other processes share, "alone" is not alone: the measured other load of each condition is
+printed beside the table, so the reader sees how quiet the quiet runs were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from seqattn.bench.measure import TERMINAL_ENV, write_report
+from seqattn.configs import task_names
+
+TASKS = tuple(task_names())
+
+#: the neighbour: a plain matmul loop on N threads (``{threads}``), until killed
+BUSY_SCRIPT = """
+import torch
+torch.set_num_threads({threads})
+a = torch.randn(512, 512)
+while True:
+    b = a @ a
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {','.join(TASKS)}")
+    parser.add_argument("--threads", default="1,2", help="comma-separated cpu_threads values to time")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per run (the bounded run)")
+    parser.add_argument("--busy-threads", type=int, default=2, help="threads of the busy neighbour")
+    parser.add_argument("--overrides", nargs="*", default=[], help="more overrides for every run")
+    parser.add_argument("--work-dir", default="outputs/bench_threads", help="run directories go here")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    parser.add_argument("--out", metavar="FILE.md")
+    parser.add_argument("--json", metavar="FILE")
+
+
+def bounded(steps: int) -> list[str]:
+    """Overrides that make a recipe's run ``steps`` training steps: epochs of at most ``steps`` batches
+    until ``steps`` optimizer steps, 2 validation and 2 test batches, no figures."""
+    return ["budget.steps=null", f"trainer.max_epochs={steps}", f"++trainer.max_steps={steps}",
+            f"++trainer.limit_train_batches={steps}", "++trainer.limit_val_batches=2", "++trainer.limit_test_batches=2",
+            "plot=false"]
+
+
+class Busy:
+    """The busy neighbour: a subprocess running :data:`BUSY_SCRIPT` until :meth:`stop`."""
+
+    def __init__(self, threads: int) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        self.proc = subprocess.Popen([sys.executable, "-c", BUSY_SCRIPT.format(threads=threads)], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2.0)  # torch imported, the loop running
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the busy process exited at once (code {self.proc.returncode})")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def _machine_busy() -> float | None:
+    from seqattn.training.threads import _machine_busy_seconds
+
+    return _machine_busy_seconds()
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_one(task: str, threads: str, condition: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One whole command, timed: wall seconds, the run's own CPU seconds, the other processes' load
+    (busy cores) while it ran, and its parameter count (metrics.json)."""
+    run_dir = Path(args.work_dir).resolve() / task / f"{condition}-{threads}"
+    cmd = [sys.executable, "-m", "seqattn.run", f"task={task}", f"cpu_threads={threads}", *bounded(args.steps),
+           *args.overrides, f"hydra.run.dir={run_dir}"]
+    busy0, children0, own0 = _machine_busy(), _children_cpu(), time.process_time()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                              env=dict(os.environ, **TERMINAL_ENV))
+        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+        tail = (proc.stdout + proc.stderr)[-2000:] if proc.returncode else ""
+    except subprocess.TimeoutExpired:
+        status, tail = "timeout", ""
+    wall = time.perf_counter() - start
+    cpu = _children_cpu() - children0
+    busy1 = _machine_busy()
+    other = None if busy0 is None or busy1 is None else max(
+        0.0, (busy1 - busy0 - cpu - (time.process_time() - own0)) / wall)
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        metrics = {}
+    return {"task": task, "threads": threads, "condition": condition, "status": status, "wall_s": wall,
+            "cpu_s": cpu, "other_load": other, "parameters": metrics.get("parameters"),
+            "fit_s": metrics.get("fit_seconds"), "command": shlex.join(cmd), "error": tail}
+
+
+def _wall(results: list[dict[str, Any]], task: str, threads: str, condition: str) -> float | None:
+    rows = [r["wall_s"] for r in results if (r["task"], r["threads"], r["condition"], r["status"]) ==
+            (task, threads, condition, "ok")]
+    return statistics.median(rows) if rows else None
+
+
+def _load(results: list[dict[str, Any]], task: str, condition: str) -> float | None:
+    loads = [r["other_load"] for r in results if r["task"] == task and r["condition"] == condition
+             and r["other_load"] is not None]
+    return statistics.fmean(loads) if loads else None
+
+
+def auto_pick(results: list[dict[str, Any]], task: str, condition: str, default_threads: int,
+              cpus: int) -> int | None:
+    """What ``cpu_threads=auto`` picks for ``task`` in ``condition``: the choice for its parameter count
+    and the other load measured in that condition (None without a parameter count)."""
+    from seqattn.training.threads import choose_threads
+
+    params = next((r["parameters"] for r in results if r["task"] == task and r["parameters"]), None)
+    if params is None:
+        return None
+    return choose_threads("auto", int(params), default_threads, cpus, _load(results, task, condition)).threads
+
+
+def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def format_table(results: list[dict[str, Any]], threads: list[str], default_threads: int, cpus: int) -> str:
+    """One row per task: wall seconds per thread count alone and busy, busy / alone per count, what auto
+    picks in each condition, auto alone / torch's default alone and auto busy / auto alone."""
+    default = str(default_threads)
+    head = (["task", "parameters"] + [f"{t} thr alone s" for t in threads] + [f"{t} thr busy s" for t in threads]
+            + [f"busy/alone {t} thr" for t in threads]
+            + ["auto picks (alone/busy)", f"auto alone / {default} thr alone", "auto busy / auto alone"])
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for task in dict.fromkeys(r["task"] for r in results):
+        params = next((r["parameters"] for r in results if r["task"] == task and r["parameters"]), None)
+        alone = {t: _wall(results, task, t, "alone") for t in threads}
+        busy = {t: _wall(results, task, t, "busy") for t in threads}
+        picks = {c: auto_pick(results, task, c, default_threads, cpus) for c in ("alone", "busy")}
+        auto = {c: (alone if c == "alone" else busy).get(str(picks[c])) if picks[c] is not None else None
+                for c in picks}
+        row = ([task, "–" if params is None else f"{params / 1e3:.1f}k"]
+               + [_fmt(alone[t]) for t in threads] + [_fmt(busy[t]) for t in threads]
+               + [_fmt(_ratio(busy[t], alone[t]), ".2f", "x") for t in threads]
+               + [f"{_fmt(picks['alone'], 'd')}/{_fmt(picks['busy'], 'd')}",
+                  _fmt(_ratio(auto["alone"], alone.get(default)), ".2f", "x"),
+                  _fmt(_ratio(auto["busy"], auto["alone"]), ".2f", "x")])
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def format_loads(results: list[dict[str, Any]]) -> str:
+    parts = []
+    for task in dict.fromkeys(r["task"] for r in results):
+        parts.append(f"{task} {_fmt(_load(results, task, 'alone'), '.2f')}/{_fmt(_load(results, task, 'busy'), '.2f')}")
+    return ("Other processes' load (busy CPUs, mean over the runs; alone/busy), as `auto` measures it: "
+            + ", ".join(parts))
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    bad = [t for t in tasks if t not in TASKS]
+    if bad:
+        raise SystemExit(f"unknown task(s) {bad}; choose from {', '.join(TASKS)}")
+    threads = [t.strip() for t in args.threads.split(",") if t.strip()]
+    from seqattn.training.threads import parse_setting
+
+    for t in threads:
+        parse_setting(t)  # ValueError naming a bad value
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: the busy neighbour is stopped too (finally)
+    command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["threads"]))
+    print(f"$ {command}", flush=True)
+    default_threads, cpus = torch.get_num_threads(), os.cpu_count() or 1
+    load_before = os.getloadavg()
+    results = []
+    for task in tasks:
+        for condition in ("alone", "busy"):
+            busy = Busy(args.busy_threads) if condition == "busy" else None
+            try:
+                for t in threads:
+                    r = run_one(task, t, condition, args)
+                    results.append(r)
+                    print(f"[{task} {condition} cpu_threads={t}] {r['status']} wall {r['wall_s']:.1f} s, "
+                          f"cpu {r['cpu_s']:.1f} s, other load {_fmt(r['other_load'], '.2f')}", flush=True)
+                    if r["error"]:
+                        print(r["error"], flush=True)
+            finally:
+                if busy is not None:
+                    busy.stop()
+    load_after = os.getloadavg()
+    caption = (f"Whole commands `python -m seqattn.run task=T cpu_threads=N {' '.join(bounded(args.steps))}"
+               f"{' ' + ' '.join(args.overrides) if args.overrides else ''}` (progress bar on), wall seconds, "
+               f"alone and beside one busy process (a {args.busy_threads}-thread matmul loop started by the bench); "
+               f"torch's default here: {default_threads} threads, {cpus} CPUs.")
+    write_report(args, command, [caption, "", format_table(results, threads, default_threads, cpus), "",
+                                 format_loads(results)], results, [], load_before, load_after)
+    return 0
