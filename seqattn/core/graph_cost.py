@@ -25,6 +25,16 @@ import torch
 
 GRAPH_PATHS = ("auto", "dense", "edge")
 
+#: ``auto``'s default fill threshold, from measurements (fwd+bwd of the plan and 4 layers' attention, 4 heads
+#: of width 16, learned edge bias, molecule-like graphs of hops 1, one thread; ``python -m seqattn.bench core
+#: --cells graph_fill``): the fused dense path costs ~1 µs per padded pair ``B·N²`` and head, the edge kernel
+#: ~15-20 µs per edge and head, so dense is cheaper above a fill of ~1/17 (measured: dense 0.67x the edge
+#: time at N=24, fill 0.088; equal at N=12; 1.3x at N=48, fill 0.046; 1.7-1.9x at N=64, fill 0.036)
+DENSE_MIN_FILL = 0.06
+#: with per-pair edge features (``edge_dim > 0``) the dense path is the math kernel with ``[B, N, N, C]``
+#: offsets: ``auto`` asks this multiple of the fill (not re-measured: the threshold of earlier runs, 0.15)
+FEATURE_FILL_FACTOR = 2.5
+
 
 def estimate_attention_bytes(path: str, batch: int, nodes: int, edges: int, heads: int, dim: int,
                              element_size: int = 4, edge_dim: int = 0) -> int:
@@ -74,10 +84,13 @@ def check_graph_path(path: str) -> str:
 
 
 def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, path: str = "auto",
-                      max_dense_bytes: int = 2**30, dense_min_fill: float = 0.15,
+                      max_dense_bytes: int = 2**30, dense_min_fill: float = DENSE_MIN_FILL,
                       device: torch.device | None = None, edge_dim: int = 0) -> str:
     """``dense`` or ``edge`` for ``batch`` sequences padded to ``nodes`` with ``edges`` attention edges.
 
+    ``auto``: dense when the edges fill at least ``dense_min_fill`` of the ``B·N²`` pairs (times
+    :data:`FEATURE_FILL_FACTOR` with per-pair edge features) and it fits ``max_dense_bytes``; the default
+    threshold :data:`DENSE_MIN_FILL` is the measured ratio of the two paths' costs.
     ``path="dense"`` above ``max_dense_bytes`` and any path above the device's free memory raise
     ``ValueError`` with the estimate (before anything is allocated).
     """
@@ -96,7 +109,8 @@ def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, 
         chosen, need = "edge", edge_bytes
     else:
         fill = edges / max(1, batch * nodes * nodes)
-        chosen = "dense" if dense_bytes <= max_dense_bytes and fill >= dense_min_fill else "edge"
+        wanted = dense_min_fill * (FEATURE_FILL_FACTOR if edge_dim else 1.0)
+        chosen = "dense" if dense_bytes <= max_dense_bytes and fill >= wanted else "edge"
         need = dense_bytes if chosen == "dense" else edge_bytes
     free = available_memory_bytes(device)
     if free is not None and need > free:
