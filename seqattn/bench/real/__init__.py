@@ -141,6 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work", type=Path, default=Path("outputs") / "bench_real", help="run folders")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override added to every recipe run (repeatable), e.g. --set head.pooling=gru: "
+                             "a variant measured beside the reference; the printed commands include it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,6 +155,10 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"seqattn bench real: unknown case(s) {unknown}; known: {', '.join(CASES)}", file=sys.stderr)
         return 2
+    bad = [o for o in args.overrides if "=" not in o or o.startswith("=")]
+    if bad:
+        print(f"seqattn bench real: --set takes KEY=VALUE, got {bad}", file=sys.stderr)
+        return 2
     results, lines = [], []
 
     def log(msg: str) -> None:
@@ -159,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
     for name in names:
         module = importlib.import_module(f"seqattn.bench.real.{CASES[name]}")
-        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log)
+        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log, extra=list(args.overrides))
         start = time.perf_counter()
         try:
             result = getattr(module, f"case_{name}")(ctx)
