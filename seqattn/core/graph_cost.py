@@ -27,8 +27,8 @@ GRAPH_PATHS = ("auto", "dense", "edge")
 
 #: ``auto``'s default fill threshold, from measurements (fwd+bwd of the plan and 4 layers' attention, 4 heads
 #: of width 16, learned edge bias, molecule-like graphs of hops 1, one thread; ``python -m seqattn.bench core
-#: --cells graph_fill``): the fused dense path costs ~1 µs per padded pair ``B·N²`` and head, the edge kernel
-#: ~15-20 µs per edge and head, so dense is cheaper above a fill of ~1/17 (measured: dense 0.67x the edge
+#: --cells graph_fill``): an attention edge on the edge kernel costs ~15-20x a padded pair ``B·N²`` of the
+#: dense blocks (per layer and head ~1.5-2 µs against ~0.1 µs), so dense is cheaper above a fill of ~1/17 (measured: dense 0.67x the edge
 #: time at N=24, fill 0.088; equal at N=12; 1.3x at N=48, fill 0.046; 1.7-1.9x at N=64, fill 0.036)
 DENSE_MIN_FILL = 0.06
 #: with per-pair edge features (``edge_dim > 0``) the dense path is the math kernel with ``[B, N, N, C]``
