@@ -10,6 +10,8 @@ The data is the development copy in ``../shared/data`` (``--data``; the suite sk
 when it is absent). Cases live one per module of this package (``molecules``, ``cora``, ``lines``,
 ``spoken_words``) and are listed in :data:`CASES`; ``--cases`` picks some, ``--seeds`` overrides the
 number of seeds (the defaults follow the issue: FreeSolv 5, Lipophilicity 3, Cora 10, ...).
+``--set KEY=VALUE`` (repeatable) adds an override to every recipe run, to measure a variant beside the
+reference on the same splits (``--set head.pooling=mha``); the printed commands include it.
 """
 
 from __future__ import annotations
