@@ -25,15 +25,17 @@ import torch
 
 GRAPH_PATHS = ("auto", "dense", "edge")
 
-#: ``auto``'s default fill threshold, from measurements (fwd+bwd of the plan and 4 layers' attention, 4 heads
-#: of width 16, learned edge bias, molecule-like graphs of hops 1, one thread; ``python -m seqattn.bench core
-#: --cells graph_fill``): an attention edge on the edge kernel costs ~15-20x a padded pair ``B·N²`` of the
-#: dense blocks (per layer and head ~1.5-2 µs against ~0.1 µs), so dense is cheaper above a fill of ~1/17 (measured: dense 0.67x the edge
-#: time at N=24, fill 0.088; equal at N=12; 1.3x at N=48, fill 0.046; 1.7-1.9x at N=64, fill 0.036)
-DENSE_MIN_FILL = 0.06
-#: with per-pair edge features (``edge_dim > 0``) the dense path is the math kernel with ``[B, N, N, C]``
-#: offsets: ``auto`` asks this multiple of the fill (not re-measured: the threshold of earlier runs, 0.15)
-FEATURE_FILL_FACTOR = 2.5
+#: ``auto``'s default fill threshold (dense when the attention edges fill at least this fraction of ``B·N²``)
+DENSE_MIN_FILL = 0.15
+#: the crossover measured on this CPU (fwd+bwd of the plan and 4 layers' attention, 4 heads of width 16, learned
+#: edge bias, molecule-like graphs of hops 1, one thread; ``python -m seqattn.bench core --cells graph_fill``): an
+#: attention edge on the edge kernel costs ~15-20x a padded pair ``B·N²`` of the dense blocks (per layer and head
+#: ~1.5-2 µs against ~0.1 µs), so dense is cheaper above a fill of ~1/17 (dense 0.65-0.67x the edge time at N=24,
+#: fill 0.088; equal at N=12; 1.3-1.9x at N=64, fill 0.036). Not the default: at FreeSolv's sizes it moves some
+#: batches to the other (equal up to rounding) path, which changed a 642-molecule training run's test RMSE
+#: from 1.097 to 1.391 (seed 1; training is chaotic in rounding) for ~5 % of the step time, so the recipes'
+#: README numbers would need re-measuring first. ``model.dense_min_fill=0.06`` applies it.
+MEASURED_CROSSOVER_FILL = 0.06
 
 
 def estimate_attention_bytes(path: str, batch: int, nodes: int, edges: int, heads: int, dim: int,
@@ -88,9 +90,8 @@ def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, 
                       device: torch.device | None = None, edge_dim: int = 0) -> str:
     """``dense`` or ``edge`` for ``batch`` sequences padded to ``nodes`` with ``edges`` attention edges.
 
-    ``auto``: dense when the edges fill at least ``dense_min_fill`` of the ``B·N²`` pairs (times
-    :data:`FEATURE_FILL_FACTOR` with per-pair edge features) and it fits ``max_dense_bytes``; the default
-    threshold :data:`DENSE_MIN_FILL` is the measured ratio of the two paths' costs.
+    ``auto``: dense when the edges fill at least ``dense_min_fill`` of the ``B·N²`` pairs and it fits
+    ``max_dense_bytes`` (the measured crossover of the two paths' costs: :data:`MEASURED_CROSSOVER_FILL`).
     ``path="dense"`` above ``max_dense_bytes`` and any path above the device's free memory raise
     ``ValueError`` with the estimate (before anything is allocated).
     """
@@ -109,8 +110,7 @@ def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, 
         chosen, need = "edge", edge_bytes
     else:
         fill = edges / max(1, batch * nodes * nodes)
-        wanted = dense_min_fill * (FEATURE_FILL_FACTOR if edge_dim else 1.0)
-        chosen = "dense" if dense_bytes <= max_dense_bytes and fill >= wanted else "edge"
+        chosen = "dense" if dense_bytes <= max_dense_bytes and fill >= dense_min_fill else "edge"
         need = dense_bytes if chosen == "dense" else edge_bytes
     free = available_memory_bytes(device)
     if free is not None and need > free:

@@ -9,7 +9,7 @@ bias that requires grad sends SDPA to its math path) and ``edge`` are today's tw
 
 ``graph_fill``: the same attention on molecule-like graphs (chains with ring closures, hops 1) padded to
 12-64 nodes, ``dense`` vs ``edge`` vs ``planned``: where the crossover fill lies (the cost model's
-:data:`~seqattn.core.graph_cost.DENSE_MIN_FILL`).
+:data:`~seqattn.core.graph_cost.MEASURED_CROSSOVER_FILL`).
 
 :mod:`seqattn.bench.structure` finds :data:`STRUCTURE_CELLS` by walking the modality folders and
 documents the form of a cell; this module imports only the core and this modality (torch lazily).
@@ -122,7 +122,7 @@ def graph_fill_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callab
     """The planned graph attention (plan + 4 layers, 4 heads of width 16, a learned per-edge bias, fwd + bwd)
     on molecule-like graphs padded to ``nodes``: ``dense`` (fused dense blocks), ``edge`` (the O(E) kernel),
     ``planned`` (``auto``: the cost model's choice). Measures the crossover fill behind
-    :data:`seqattn.core.graph_cost.DENSE_MIN_FILL`."""
+    :data:`seqattn.core.graph_cost.MEASURED_CROSSOVER_FILL`."""
     import torch
 
     from seqattn.core.plan import plan_attention
