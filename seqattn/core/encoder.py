@@ -18,6 +18,7 @@ from torch import nn
 from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
+from seqattn.core.graph_cost import DENSE_MIN_FILL
 from seqattn.core.plan import PlanOptions, Structure, plan_structure
 from seqattn.core.positional import build_positional
 from seqattn.core.tokens import Tokens
@@ -137,7 +138,7 @@ class Encoder(nn.Module):
         activation: str = "gelu",
         graph_path: str = "auto",
         max_dense_bytes: int = 2**30,
-        dense_min_fill: float = 0.15,
+        dense_min_fill: float = DENSE_MIN_FILL,
         edge_dim: int = 0,
         flex_attention: bool = False,
         attention_path: str | None = None,

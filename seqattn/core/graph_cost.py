@@ -25,6 +25,18 @@ import torch
 
 GRAPH_PATHS = ("auto", "dense", "edge")
 
+#: ``auto``'s default fill threshold (dense when the attention edges fill at least this fraction of ``B·N²``)
+DENSE_MIN_FILL = 0.15
+#: the crossover measured on this CPU (fwd+bwd of the plan and 4 layers' attention, 4 heads of width 16, learned
+#: edge bias, molecule-like graphs of hops 1, one thread; ``python -m seqattn.bench core --cells graph_fill``): an
+#: attention edge on the edge kernel costs ~15-20x a padded pair ``B·N²`` of the dense blocks (per layer and head
+#: ~1.5-2 µs against ~0.1 µs), so dense is cheaper above a fill of ~1/17 (dense 0.65-0.67x the edge time at N=24,
+#: fill 0.088; equal at N=12; 1.3-1.9x at N=64, fill 0.036). Not the default: at FreeSolv's sizes it moves some
+#: batches to the other (equal up to rounding) path, which changed a 642-molecule training run's test RMSE
+#: from 1.097 to 1.391 (seed 1; training is chaotic in rounding) for ~5 % of the step time, so the recipes'
+#: README numbers would need re-measuring first. ``model.dense_min_fill=0.06`` applies it.
+MEASURED_CROSSOVER_FILL = 0.06
+
 
 def estimate_attention_bytes(path: str, batch: int, nodes: int, edges: int, heads: int, dim: int,
                              element_size: int = 4, edge_dim: int = 0) -> int:
@@ -74,10 +86,12 @@ def check_graph_path(path: str) -> str:
 
 
 def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, path: str = "auto",
-                      max_dense_bytes: int = 2**30, dense_min_fill: float = 0.15,
+                      max_dense_bytes: int = 2**30, dense_min_fill: float = DENSE_MIN_FILL,
                       device: torch.device | None = None, edge_dim: int = 0) -> str:
     """``dense`` or ``edge`` for ``batch`` sequences padded to ``nodes`` with ``edges`` attention edges.
 
+    ``auto``: dense when the edges fill at least ``dense_min_fill`` of the ``B·N²`` pairs and it fits
+    ``max_dense_bytes`` (the measured crossover of the two paths' costs: :data:`MEASURED_CROSSOVER_FILL`).
     ``path="dense"`` above ``max_dense_bytes`` and any path above the device's free memory raise
     ``ValueError`` with the estimate (before anything is allocated).
     """

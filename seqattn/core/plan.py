@@ -25,7 +25,7 @@ import torch
 from seqattn.core.attention_plan import KERNEL_OF_PATH, PATHS, AttentionPlan
 from seqattn.core.band import BandLayout, band_layout, grid_relative_mask, window_relative_mask
 from seqattn.core.checks import tracing
-from seqattn.core.graph_cost import check_graph_path, choose_graph_path, edge_attr_to_dense, edges_to_dense
+from seqattn.core.graph_cost import DENSE_MIN_FILL, check_graph_path, choose_graph_path, edge_attr_to_dense, edges_to_dense
 from seqattn.core.kernels import check_kernel
 from seqattn.core.masks import as_4d, build_attention_mask, combine_masks, dead_rows, revive_dead_rows, \
     structure_mask
@@ -107,7 +107,7 @@ class PlanOptions:
     kernel: str = "sdpa"
     graph_path: str = "auto"
     max_dense_bytes: int = 2**30
-    dense_min_fill: float = 0.15
+    dense_min_fill: float = DENSE_MIN_FILL
     flex: bool = False
     path: str | None = None
 

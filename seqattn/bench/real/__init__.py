@@ -10,6 +10,8 @@ The data is the development copy in ``../shared/data`` (``--data``; the suite sk
 when it is absent). Cases live one per module of this package (``molecules``, ``cora``, ``lines``,
 ``spoken_words``) and are listed in :data:`CASES`; ``--cases`` picks some, ``--seeds`` overrides the
 number of seeds (the defaults follow the issue: FreeSolv 5, Lipophilicity 3, Cora 10, ...).
+``--set KEY=VALUE`` (repeatable) adds an override to every recipe run, to measure a variant beside the
+reference on the same splits (``--set head.pooling=mha``); the printed commands include it.
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work", type=Path, default=Path("outputs") / "bench_real", help="run folders")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override added to every recipe run (repeatable), e.g. --set head.pooling=gru: "
+                             "a variant measured beside the reference; the printed commands include it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"seqattn bench real: unknown case(s) {unknown}; known: {', '.join(CASES)}", file=sys.stderr)
         return 2
+    bad = [o for o in args.overrides if "=" not in o or o.startswith("=")]
+    if bad:
+        print(f"seqattn bench real: --set takes KEY=VALUE, got {bad}", file=sys.stderr)
+        return 2
     results, lines = [], []
 
     def log(msg: str) -> None:
@@ -161,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
     for name in names:
         module = importlib.import_module(f"seqattn.bench.real.{CASES[name]}")
-        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log)
+        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log, extra=list(args.overrides))
         start = time.perf_counter()
         try:
             result = getattr(module, f"case_{name}")(ctx)

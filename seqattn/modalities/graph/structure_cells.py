@@ -1,4 +1,4 @@
-"""The structure cell this modality declares for ``python -m seqattn.bench core --cells``.
+"""The structure cells this modality declares for ``python -m seqattn.bench core --cells``.
 
 ``graph_bias``: the graph attention of the ``task=molecule`` encoder (4 layers, 4 heads of width 16)
 on 128 NCI molecules of 20-30 atoms, with the graph adapter's learned edge-feature + hop-distance
@@ -6,6 +6,10 @@ bias (hops 1 and 3), forward + backward of the attention (plan + kernels): ``den
 bias that requires grad sends SDPA to its math path) and ``edge`` are today's two paths (today's
 ``auto`` took the edge path below a 0.15 fill); ``biased`` = the planner's fused biased path forced
 (custom autograd, the bias gradient at the edges only); ``planned`` = the planner's choice.
+
+``graph_fill``: the same attention on molecule-like graphs (chains with ring closures, hops 1) padded to
+12-64 nodes, ``dense`` vs ``edge`` vs ``planned``: where the crossover fill lies (the cost model's
+:data:`~seqattn.core.graph_cost.MEASURED_CROSSOVER_FILL`).
 
 :mod:`seqattn.bench.structure` finds :data:`STRUCTURE_CELLS` by walking the modality folders and
 documents the form of a cell; this module imports only the core and this modality (torch lazily).
@@ -90,6 +94,76 @@ def graph_bias_targets(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def molecule_like_graphs(graphs: int, nodes: int, spread: float = 0.6, seed: int = 0):
+    """``graphs`` molecule-like graphs padded to ``nodes`` (sizes drawn from ``[nodes·(1-spread), nodes]``, the
+    first of ``nodes``): a chain with a ring closure every 6 atoms, both directions, plus self-loops (the
+    adapter's hops=1 attention edges). Returns ``(mask [B, N] bool, edge_index [2, E])`` sorted by target."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(max(2, int(nodes * (1 - spread))), nodes + 1, (graphs,), generator=g).tolist()
+    sizes[0] = nodes
+    mask = torch.zeros(graphs, nodes, dtype=torch.bool)
+    src, dst = [], []
+    for b, n in enumerate(sizes):
+        mask[b, :n] = True
+        pairs = [(i, i + 1) for i in range(n - 1)] + [(i, i + 5) for i in range(0, n - 5, 6)]
+        for i, j in pairs:
+            src += [b * nodes + i, b * nodes + j]
+            dst += [b * nodes + j, b * nodes + i]
+        src += [b * nodes + i for i in range(n)]
+        dst += [b * nodes + i for i in range(n)]
+    edge_index = torch.tensor([src, dst])
+    order = torch.argsort(edge_index[1] * graphs * nodes + edge_index[0])
+    return mask, edge_index[:, order]
+
+
+def graph_fill_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    """The planned graph attention (plan + 4 layers, 4 heads of width 16, a learned per-edge bias, fwd + bwd)
+    on molecule-like graphs padded to ``nodes``: ``dense`` (fused dense blocks), ``edge`` (the O(E) kernel),
+    ``planned`` (``auto``: the cost model's choice). Measures the crossover fill behind
+    :data:`seqattn.core.graph_cost.MEASURED_CROSSOVER_FILL`."""
+    import torch
+
+    from seqattn.core.plan import plan_attention
+
+    torch.manual_seed(0)
+    graphs, nodes = (4, 12) if small else (cfg["graphs"], cfg["nodes"])
+    mask, edge_index = molecule_like_graphs(graphs, nodes)
+    bias = torch.randn(edge_index.shape[1], 4, requires_grad=True)
+    layers = [[torch.randn(graphs, 4, nodes, 16, requires_grad=True) for _ in range(3)] for _ in range(4)]
+    edges = int(edge_index.shape[1])
+    info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": nodes,
+                            "fill": edges / (graphs * nodes * nodes), "allowed_pairs": edges}
+    graph_path = {"dense": "dense", "edge": "edge", "planned": "auto"}[impl]
+
+    def step():
+        plan = plan_attention(graphs, nodes, heads=4, dim=64, device=bias.device, mask=mask, edge_index=edge_index,
+                              edge_bias=bias, graph_path=graph_path)
+        loss = sum(plan.attend(q, k, v)[0].square().sum() for q, k, v in layers)
+        loss.backward()
+        for t in [bias] + [t for qkv in layers for t in qkv]:
+            t.grad = None
+        info["path"] = plan.path
+
+    return step, info
+
+
+def graph_fill_targets(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per size: the planned path within 10% of the faster of dense and edge."""
+    out = []
+    for cfg in sorted({r["config"] for r in rows}):
+        got = {r["impl"]: r for r in rows if r["config"] == cfg and r["status"] == "ok"}
+        if {"dense", "edge", "planned"} <= set(got):
+            best = min(got["dense"]["time_ms"], got["edge"]["time_ms"])
+            ratio = got["planned"]["time_ms"] / best
+            out.append(f"target graph path choice, {cfg} (fill {got['planned'].get('fill', 0):.3f}, planned "
+                       f"{got['planned'].get('path')}): within 10% of the faster path: "
+                       f"{'met' if ratio <= 1.1 else 'missed'} ({ratio:.2f}x; dense/edge "
+                       f"{got['dense']['time_ms'] / got['edge']['time_ms']:.2f})")
+    return out
+
+
 #: cells of ``python -m seqattn.bench core --cells`` this modality owns (the form: ``seqattn.bench.structure``)
 STRUCTURE_CELLS: dict[str, dict[str, Any]] = {
     "graph_bias": {
@@ -99,5 +173,13 @@ STRUCTURE_CELLS: dict[str, dict[str, Any]] = {
         "describe": lambda cfg: f"{cfg['graphs']} molecules, hops {cfg['hops']}",
         "step": graph_bias_step,
         "targets": graph_bias_targets,
+    },
+    "graph_fill": {
+        "impls": ("dense", "edge", "planned"),
+        "sizes": lambda tiny: [{"graphs": 8, "nodes": 12}] if tiny else [
+            {"graphs": g, "nodes": n} for g in (32, 128) for n in (12, 24, 48, 64)],
+        "describe": lambda cfg: f"{cfg['graphs']} molecule-like graphs padded to {cfg['nodes']}",
+        "step": graph_fill_step,
+        "targets": graph_fill_targets,
     },
 }

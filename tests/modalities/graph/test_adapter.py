@@ -293,6 +293,26 @@ def test_auto_prefers_edge_for_sparse_blocks_and_dense_for_full_ones():
     assert choose_graph_path(8, 10, 8 * 100, HEADS, DIM, dense_min_fill=0.15) == "dense"  # complete graphs
 
 
+def test_auto_at_the_measured_crossover_and_at_the_default():
+    """With the measured crossover (graph_cost.MEASURED_CROSSOVER_FILL, the graph_fill cell) molecules padded to
+    ~24 atoms (fill ~0.09) go dense and to 64 atoms (fill ~0.04) the edge kernel; the default threshold
+    (0.15) sends both to the edge kernel."""
+    from seqattn.core import graph_cost
+    from seqattn.modalities.graph.structure_cells import molecule_like_graphs
+
+    assert graph_cost.MEASURED_CROSSOVER_FILL < 0.088 < graph_cost.DENSE_MIN_FILL
+    for nodes, want in ((24, "dense"), (64, "edge")):
+        mask, edges = molecule_like_graphs(32, nodes)
+        fill = graph_cost.MEASURED_CROSSOVER_FILL
+        assert choose_graph_path(32, nodes, edges.shape[1], HEADS, DIM, dense_min_fill=fill) == want, nodes
+        assert choose_graph_path(32, nodes, edges.shape[1], HEADS, DIM) == "edge", nodes
+        tokens = Tokens(x=torch.randn(32, nodes, DIM), mask=mask, edge_index=edges,
+                        edge_bias=torch.randn(edges.shape[1], HEADS))
+        enc = _encoder(graph_path="auto", dense_min_fill=fill)
+        enc(tokens)
+        assert enc.last_graph_path == want
+
+
 def test_the_removed_adapter_kernel_names_the_encoder_knob():
     """The graph path is one knob, the encoder's (model.graph_path): adapter.kernel only accepts None."""
     with pytest.raises(ValueError, match=r"adapter.kernel='edge' was removed.*model.graph_path=edge"):

@@ -268,3 +268,21 @@ def test_predict_loader_needs_no_setup_and_reads_csv_and_smi(tmp_path):
     dm.on_error = "stop"  # ... or stop at the first one (on_error=stop)
     with pytest.raises(ValueError, match=r"bad.smi:2: 'C1CC\('"):
         dm.predict_loader(bad)
+
+
+def test_bucketed_training_batches_hold_every_molecule_once_and_pad_less(tmp_path):
+    """``bucket_by_length``: training batches of molecules of similar atom counts (each molecule once an
+    epoch), so the batches pad fewer atoms than shuffled ones; validation is not bucketed."""
+    padded = {}
+    for bucket in (False, True):
+        dm = MoleculeDataModule(data_dir=str(tmp_path), limit=400, batch_size=16, bucket_by_length=bucket)
+        dm.setup()
+        train = dm.datasets["train"]
+        ids, pads = [], 0
+        for batch in dm.train_dataloader():
+            ids += list(batch["smiles"])
+            pads += int((~batch["mask"]).sum())
+        assert sorted(ids) == sorted(g["smiles"] for g in train.graphs)
+        padded[bucket] = pads
+        assert dm.item_length(train, 0) == train[0]["x"].shape[0]
+    assert padded[True] < 0.5 * padded[False]
