@@ -9,7 +9,9 @@ mean ± std, reference mean ± std, the ratio, wall times.
 The data is the development copy in ``../shared/data`` (``--data``; the suite skips, saying why,
 when it is absent). Cases live one per module of this package (``molecules``, ``cora``, ``lines``,
 ``spoken_words``) and are listed in :data:`CASES`; ``--cases`` picks some, ``--seeds`` overrides the
-number of seeds (the defaults follow the issue: FreeSolv 5, Lipophilicity 3, Cora 10, ...).
+number of seeds (the defaults follow the issue: FreeSolv 5, Lipophilicity 3, Cora 10, ...). ``--quick`` is for
+development: each case takes fewer seeds and shorter training (``Context.quick`` / ``Context.choose``) and
+the table is titled as quick; the full mode (no flag) makes the README's table.
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ class Context:
     seeds: int | None
     log: Callable[[str], None]
     extra: list[str] = field(default_factory=list)  # overrides added to every recipe run (e.g. trainer.max_time)
+    #: ``--quick``: development mode; each case reads it (:meth:`choose`) for fewer seeds and shorter training
+    #: on both sides, and says what it shortened in its notes; the table is titled as quick
+    quick: bool = False
+
+    def choose(self, full, quick):
+        """``quick`` under ``--quick``, else ``full`` (a case's seed count, epochs, reference settings)."""
+        return quick if self.quick else full
 
 
 @dataclass
@@ -83,6 +92,9 @@ class Result:
                 f"{'–' if ratio is None else f'{ratio:.3f}'} | {statistics.fmean(self.seqattn_seconds or [0]):.0f} s | "
                 f"{statistics.fmean(self.reference_seconds or [0]):.0f} s |")
 
+
+QUICK_TITLE = ("**bench real --quick: development mode** (fewer seeds, shorter training on both sides, as each row's "
+               "notes say): not comparable with the full table; the README's numbers come from the full mode")
 
 HEADER = ("| dataset | metric | seqattn mean ± std | reference mean ± std | ratio (seqattn / reference) | "
           "wall per seqattn run | wall per reference run |\n|---|---|---|---|---:|---:|---:|")
@@ -141,6 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work", type=Path, default=Path("outputs") / "bench_real", help="run folders")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    parser.add_argument("--quick", action="store_true",
+                        help="development mode: fewer seeds and shorter training on both sides (each case says "
+                             "what it shortened); the table is titled QUICK and is not the README's")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
 
     for name in names:
         module = importlib.import_module(f"seqattn.bench.real.{CASES[name]}")
-        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log)
+        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log, quick=args.quick)
         start = time.perf_counter()
         try:
             result = getattr(module, f"case_{name}")(ctx)
@@ -172,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     table = HEADER + "\n" + "\n".join(lines)
     commands = "\n".join(f"- {r.dataset}: `{r.command}`" + (f" ({r.notes})" if r.notes else "") for r in results)
     report = f"{table}\n\nCommands (one run per seed, `seed=<s>`):\n{commands}\n"
+    if args.quick:
+        report = (f"{QUICK_TITLE}\n\n{report}")
     print(report)
     if args.out:
         args.out.write_text(report)
