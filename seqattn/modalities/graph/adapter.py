@@ -167,7 +167,8 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
         values = flat[nonzero[:, 0], nonzero[:, 1]]  # [nnz]
         if feature_dropout:
             values = nn.functional.dropout(values, feature_dropout, training=True)
-        sparse = torch.sparse_coo_tensor(nonzero.t(), values, (b * n, f), is_coalesced=True)
+        sparse = torch.sparse_coo_tensor(nonzero.t(), values, (b * n, f), is_coalesced=True,
+                                         check_invariants=False)
         parts = torch.sparse.mm(sparse, weight)  # [B·N, (k+1)·D]
     else:
         if feature_dropout:
