@@ -142,6 +142,9 @@ def gcn_step(mask: torch.Tensor, edge_index: torch.Tensor, dtype: torch.dtype):
 #: below this fraction of non-zero node features (bag-of-words rows: Cora 1.3 %), the projection reads them as a
 #: sparse matrix: its cost follows the non-zeros, and dropout draws one number per non-zero, not per feature
 SPARSE_FEATURES_BELOW = 0.1
+#: ... and only for inputs of at least this many features (nodes x width): small batches (molecules, karate)
+#: stay on the dense product, which is faster there and needs no count of the non-zeros
+SPARSE_FEATURES_MIN = 2**20
 
 
 def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tensor, steps: int,
@@ -152,14 +155,15 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
     x W_0 + Â(x W_1 + Â(… + Â x W_k))`` (Horner): ``D``-wide vectors are propagated instead of ``F``-wide ones
     (Cora: 64 instead of 1,433). Same parameters, the same function up to float rounding. ``feature_dropout``
     (training only: pass 0 in eval) drops raw features before all of it. Sparse features (fewer than
-    :data:`SPARSE_FEATURES_BELOW` non-zero, no gradient wanted for ``x``) go through a sparse product: a
+    :data:`SPARSE_FEATURES_BELOW` non-zero, at least :data:`SPARSE_FEATURES_MIN` values, no gradient wanted for
+    ``x``) go through a sparse product: a
     zero feature stays zero under dropout, so dropping the non-zeros only is the same distribution."""
     b, n, f = x.shape
     d = proj.out_features
     flat = x.reshape(b * n, f)
     weight = proj.weight.view(d, steps + 1, f).permute(2, 1, 0).reshape(f, (steps + 1) * d)  # [F, (k+1)·D]
     nonzero = None
-    if not flat.requires_grad and flat.numel():
+    if not flat.requires_grad and flat.numel() >= SPARSE_FEATURES_MIN:
         nonzero = torch.nonzero(flat)  # [nnz, 2]
         if nonzero.shape[0] >= SPARSE_FEATURES_BELOW * flat.numel():
             nonzero = None

@@ -450,12 +450,16 @@ def test_feature_dropout_drops_raw_node_features_in_training_only():
 
 
 @pytest.mark.parametrize("propagate", [0, 2])
-def test_sparse_node_features_take_the_sparse_product_with_the_same_tokens_and_dropout(propagate):
+def test_sparse_node_features_take_the_sparse_product_with_the_same_tokens_and_dropout(propagate, monkeypatch):
     """Bag-of-words features (mostly zeros) are projected as a sparse matrix: the same tokens as the dense
     projection in eval; in training each non-zero feature is dropped or scaled by 1/(1-p), zeros stay zero."""
     from seqattn.modalities.graph import adapter as graph_adapter
     from seqattn.modalities.graph.adapter import GraphAdapter
 
+    monkeypatch.setattr(graph_adapter, "SPARSE_FEATURES_MIN", 0)  # this small input too
+    used = []
+    sparse_mm = torch.sparse.mm
+    monkeypatch.setattr(torch.sparse, "mm", lambda *a: used.append(1) or sparse_mm(*a))
     torch.manual_seed(0)
     n, f = 12, 40
     x = torch.zeros(1, n, f)
@@ -467,6 +471,7 @@ def test_sparse_node_features_take_the_sparse_product_with_the_same_tokens_and_d
                            distance_bias=False).eval()
     dense = graph_adapter.smoothed_features(x, mask, edge_index, propagate) if propagate else x
     torch.testing.assert_close(adapter(x, mask, edge_index).x, adapter.node_proj(dense))
+    assert used  # the sparse product ran
     if propagate:
         return
     adapter.train()
