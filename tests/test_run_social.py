@@ -109,3 +109,20 @@ def test_graph_attention_beats_no_context_on_sampled_sbm(compose_cfg):
     # alone = no graph at all: the task's default neighbourhood-averaged features (adapter.propagate) off too
     alone = train(compose_cfg(SBM + ["model=no_context", "model.dim=32", "adapter.propagate=0"], run="alone"))
     assert attention["test/acc"] > alone["test/acc"] + 0.15, (attention["test/acc"], alone["test/acc"])
+
+
+def test_social_model_propagates_its_output_and_the_no_context_baseline_does_not(compose_cfg):
+    """task=social trains model=node_transformer (the graph transformer + 10 PPR output steps); the documented
+    baseline ``model=no_context`` replaces the whole model group (no propagation key reaches it);
+    experiment=citation_graph keeps the propagation with its own choices."""
+    from seqattn.core import Encoder
+
+    cfg = compose_cfg(["task=social"])
+    assert cfg.model.output_propagation == 10 and cfg.model.propagation_alpha == 0.1
+    encoder = instantiate(cfg.model, dim=8, heads=2, depth=1)
+    assert isinstance(encoder, Encoder) and encoder.output_propagation == 10
+    baseline = compose_cfg(["task=social", "model=no_context", "adapter.propagate=0"], run="alone")
+    assert "output_propagation" not in baseline.model
+    instantiate(baseline.model)
+    cora = compose_cfg(["task=social", "experiment=citation_graph"], run="cora")
+    assert cora.model.output_propagation == 10 and cora.model.depth == 1 and cora.adapter.propagate == 2

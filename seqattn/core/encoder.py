@@ -21,6 +21,7 @@ from seqattn.core.checks import tracing
 from seqattn.core.graph_cost import DENSE_MIN_FILL
 from seqattn.core.plan import PlanOptions, Structure, plan_structure
 from seqattn.core.positional import build_positional
+from seqattn.core.propagation import ppr_propagate
 from seqattn.core.tokens import Tokens
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
@@ -115,6 +116,12 @@ class Encoder(nn.Module):
             can train (CUDA); elsewhere the planned CPU paths.
         attention_path: force one path of :data:`~seqattn.core.attention_plan.PATHS` for every batch
             (tests and benchmarks); None (default) = planned.
+        output_propagation: ``k > 0``: after the last layer (and its norm), ``k`` personalised-PageRank steps
+            over the structure's ``edge_index`` (:func:`~seqattn.core.propagation.ppr_propagate`, APPNP's
+            output step): each token's vector becomes a mix of its own and its graph neighbourhood's. Needs
+            graph structure (``Tokens.edge_index``); a batch without it raises ``ValueError``. 0 = none.
+        propagation_alpha: the teleport probability of ``output_propagation`` (the share of a token's own
+            vector kept at every step), in ``[0, 1]``.
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -142,10 +149,17 @@ class Encoder(nn.Module):
         edge_dim: int = 0,
         flex_attention: bool = False,
         attention_path: str | None = None,
+        output_propagation: int = 0,
+        propagation_alpha: float = 0.1,
     ) -> None:
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
+        if isinstance(output_propagation, bool) or not isinstance(output_propagation, int) or output_propagation < 0:
+            raise ValueError(f"output_propagation must be an int >= 0 (propagation steps), got {output_propagation!r}")
+        if not 0.0 <= float(propagation_alpha) <= 1.0:
+            raise ValueError(f"propagation_alpha must lie in [0, 1] (the teleport probability), got {propagation_alpha!r}")
+        self.output_propagation, self.propagation_alpha = int(output_propagation), float(propagation_alpha)
         if window is not None and window < 0:
             raise ValueError(f"window must be >= 0 or None, got {window}")
         if window is not None and kernel in ("linear", "edge"):
@@ -255,7 +269,11 @@ class Encoder(nn.Module):
         plan = self.plan(x, mask, attn_mask, edge_index, edge_bias, edge_attr)
         if isinstance(x, Tokens):
             mask = x.mask if mask is None else mask
+            edge_index = x.edge_index if edge_index is None else edge_index
             x = x.x
+        if self.output_propagation and edge_index is None:
+            raise ValueError(f"output_propagation={self.output_propagation} propagates over graph structure, but the "
+                             "batch has no edge_index (Tokens.edge_index); set output_propagation=0 for it")
         if not tracing():
             self.last_plan = dict(plan.describe(), summary=plan.summary(len(self.layers)))
             if plan.graph_path is not None:
@@ -277,6 +295,8 @@ class Encoder(nn.Module):
             else:
                 x = out
         x = self.norm(x)
+        if self.output_propagation:
+            x = ppr_propagate(x, edge_index, mask, self.output_propagation, self.propagation_alpha)  # [B, L, D]
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)  # [B, L, D], padding -> 0
         return (x, weights) if return_attention else x

@@ -12,6 +12,8 @@ when it is absent). Cases live one per module of this package (``molecules``, ``
 number of seeds (the defaults follow the issue: FreeSolv 5, Lipophilicity 3, Cora 10, ...).
 ``--set KEY=VALUE`` (repeatable) adds an override to every recipe run, to measure a variant beside the
 reference on the same splits (``--set head.pooling=mha``); the printed commands include it.
+``--quick`` is for development: each case takes fewer seeds and shorter training (``Context.quick`` /
+``Context.choose``) and the table is titled as quick; the full mode (no flag) makes the README's table.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class Context:
     seeds: int | None
     log: Callable[[str], None]
     extra: list[str] = field(default_factory=list)  # overrides added to every recipe run (e.g. trainer.max_time)
+    #: ``--quick``: development mode; each case reads it (:meth:`choose`) for fewer seeds and shorter training
+    #: on both sides, and says what it shortened in its notes; the table is titled as quick
+    quick: bool = False
+
+    def choose(self, full, quick):
+        """``quick`` under ``--quick``, else ``full`` (a case's seed count, epochs, reference settings)."""
+        return quick if self.quick else full
 
 
 @dataclass
@@ -85,6 +94,9 @@ class Result:
                 f"{'–' if ratio is None else f'{ratio:.3f}'} | {statistics.fmean(self.seqattn_seconds or [0]):.0f} s | "
                 f"{statistics.fmean(self.reference_seconds or [0]):.0f} s |")
 
+
+QUICK_TITLE = ("**bench real --quick: development mode** (fewer seeds, shorter training on both sides, as each row's "
+               "notes say): not comparable with the full table; the README's numbers come from the full mode")
 
 HEADER = ("| dataset | metric | seqattn mean ± std | reference mean ± std | ratio (seqattn / reference) | "
           "wall per seqattn run | wall per reference run |\n|---|---|---|---|---:|---:|---:|")
@@ -148,6 +160,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="an override added to every recipe run (repeatable), e.g. --set head.pooling=gru: "
                              "a variant measured beside the reference; the printed commands include it")
+    parser.add_argument("--quick", action="store_true",
+                        help="development mode: fewer seeds and shorter training on both sides (each case says "
+                             "what it shortened); the table is titled QUICK and is not the README's")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
 
     for name in names:
         module = importlib.import_module(f"seqattn.bench.real.{CASES[name]}")
-        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log, extra=list(args.overrides))
+        ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log, extra=list(args.overrides),
+                      quick=args.quick)
         start = time.perf_counter()
         try:
             result = getattr(module, f"case_{name}")(ctx)
@@ -183,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
     table = HEADER + "\n" + "\n".join(lines)
     commands = "\n".join(f"- {r.dataset}: `{r.command}`" + (f" ({r.notes})" if r.notes else "") for r in results)
     report = f"{table}\n\nCommands (one run per seed, `seed=<s>`):\n{commands}\n"
+    if args.quick:
+        report = (f"{QUICK_TITLE}\n\n{report}")
     print(report)
     if args.out:
         args.out.write_text(report)

@@ -17,6 +17,16 @@ from seqattn.bench.real import Context, Result, command_line, compare_seeds
 
 CORA_SEEDS = 10
 KARATE_SEEDS = 10
+#: ``--quick`` (development): seeds and epochs per run of both sides
+QUICK = {"cora": (2, 60), "karate4": (3, 100)}
+
+
+def _quick(ctx: Context, case: str) -> tuple[list[str], dict, str]:
+    """Under ``--quick``: the recipe overrides, the reference's keyword arguments and the note that say so."""
+    if not ctx.quick:
+        return [], {}, ""
+    _, epochs = QUICK[case]
+    return [f"trainer.max_epochs={epochs}"], {"epochs": epochs}, f"QUICK: {epochs} epochs on both sides; "
 
 
 def _planetoid(ctx: Context):
@@ -86,11 +96,12 @@ def train_reference(data, kind: str, seed: int, epochs: int = 500, patience: int
 def case_cora(ctx: Context) -> Result:
     data = _planetoid(ctx)
     overrides = ["task=social", "data.source=planetoid", f"data.root={ctx.data}", "experiment=citation_graph"]
-    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "cora", overrides, CORA_SEEDS,
-                                               lambda seed: train_reference(data, "gat", seed), "GAT")
+    short, ref_kw, note = _quick(ctx, "cora")
+    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "cora", overrides + short, ctx.choose(CORA_SEEDS, QUICK["cora"][0]),
+                                               lambda seed: train_reference(data, "gat", seed, **ref_kw), "GAT")
     return Result("Cora (Planetoid split: 140 / 500 / 1000 nodes)", "test accuracy", False, seqattn, ref,
-                  "PyG GATConv (2 layers, 8×8, dropout 0.6)", seq_s, ref_s, command_line(overrides),
-                  notes="GAT paper: 83.0 ± 0.7")
+                  "PyG GATConv (2 layers, 8×8, dropout 0.6)", seq_s, ref_s, command_line(overrides + short),
+                  notes=note + "GAT paper: 83.0 ± 0.7")
 
 
 def karate_four_labels(folder: Path) -> tuple[Path, Path, object]:
@@ -122,15 +133,18 @@ def karate_four_labels(folder: Path) -> tuple[Path, Path, object]:
 def case_karate4(ctx: Context) -> Result:
     nodes, edges, data = karate_four_labels(ctx.work)
     overrides = ["task=social", f"data.nodes={nodes}", f"data.edges={edges}"]
+    short, ref_kw, note = _quick(ctx, "karate4")
+    epochs = ref_kw.get("epochs", 200)
     gcn = []
-    seqattn, seq_s, gat, gat_s = compare_seeds(ctx, "karate4", overrides, KARATE_SEEDS,
-                                               lambda seed: train_reference(data, "gat", seed, epochs=200), "GAT")
+    seqattn, seq_s, gat, gat_s = compare_seeds(ctx, "karate4", overrides + short,
+                                               ctx.choose(KARATE_SEEDS, QUICK["karate4"][0]),
+                                               lambda seed: train_reference(data, "gat", seed, epochs=epochs), "GAT")
     for seed in range(len(seqattn)):  # the second reference, not timed
-        gcn.append(train_reference(data, "gcn", seed, epochs=200))
+        gcn.append(train_reference(data, "gcn", seed, epochs=epochs))
         ctx.log(f"karate4 seed {seed}: GCN {gcn[-1]:.4f}")
     import statistics
 
     return Result("Karate club, 4 labelled nodes (one per community), 30 test, no validation", "test accuracy",
-                  False, seqattn, gat, "PyG GATConv (200 epochs, last)", seq_s, gat_s, command_line(overrides),
-                  notes=f"GCN on the same split: {statistics.fmean(gcn):.4f} ± "
+                  False, seqattn, gat, f"PyG GATConv ({epochs} epochs, last)", seq_s, gat_s,
+                  command_line(overrides + short), notes=note + f"GCN on the same split: {statistics.fmean(gcn):.4f} ± "
                         f"{statistics.stdev(gcn) if len(gcn) > 1 else 0:.4f}")

@@ -26,8 +26,11 @@ def _files(ctx: Context) -> list[str]:
 def case_lines(ctx: Context) -> Result:
     overrides = ["task=text_tagging", *_files(ctx)]
     reference = overrides + ["model=bilstm"]
-    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "lines", overrides, SEEDS,
+    short = ctx.choose([], ["trainer.max_epochs=2"])  # --quick: both sides
+    overrides, reference = overrides + short, reference + short
+    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "lines", overrides, ctx.choose(SEEDS, 1),
                                                recipe_reference(ctx, reference, "bilstm"), "BiLSTM")
     return Result("UD English-LinES (train 3,457 / dev 1,118 / test 1,121 sentences)", "test UPOS accuracy", False,
                   seqattn, ref, "word + character BiLSTM (model=bilstm, same features)", seq_s, ref_s,
-                  command_line(overrides), notes=f"reference: {command_line(reference)}")
+                  command_line(overrides), notes=ctx.choose("", "QUICK: 1 seed, 2 epochs; ")
+                  + f"reference: {command_line(reference)}")

@@ -46,12 +46,14 @@ def case_spoken_words(ctx: Context) -> Result:
     if not manifest.is_file():
         raise FileNotFoundError(f"no {manifest}")
     ours, cnn = run_overrides(manifest, "attention"), run_overrides(manifest, "logmel_cnn")
-    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "spoken words", ours, SEEDS,
+    short = ctx.choose([], ["trainer.max_epochs=4"])  # --quick: both sides
+    ours, cnn = ours + short, cnn + short
+    seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "spoken words", ours, ctx.choose(SEEDS, 1),
                                                recipe_reference(ctx, cnn, "logmel_cnn"), "log-mel CNN")
     start = time.perf_counter()
     plain = mfcc_logreg(manifest)
     ctx.log(f"spoken words: MFCC + logistic regression {plain['test_acc']:.4f} ({time.perf_counter() - start:.0f} s)")
     return Result("spoken words (1,440 clips, 12 words; test voices unseen)", "test accuracy", False,
                   seqattn, ref, "log-mel CNN (model=logmel_cnn, same features and augmentation)", seq_s, ref_s,
-                  command_line(ours), notes=f"reference: {command_line(cnn)}; MFCC + logistic regression on the "
+                  command_line(ours), notes=ctx.choose("", "QUICK: 1 seed, 4 epochs; ") + f"reference: {command_line(cnn)}; MFCC + logistic regression on the "
                                             f"same split: test {plain['test_acc']:.4f}, val {plain['val_acc']:.4f}")

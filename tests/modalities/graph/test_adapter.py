@@ -434,6 +434,12 @@ def test_propagated_features_equal_gcn_normalised_powers_of_the_adjacency():
     adapter = GraphAdapter(dim=8, node_features=f, heads=2, propagate=2)
     assert adapter.node_proj.in_features == 3 * f
     assert adapter(x, mask, edge_index).x.shape == (2, n, 8)
+    # the adapter projects first and propagates D-wide vectors (Horner): the same tokens as projecting the
+    # F·3 smoothed features, for every step count
+    for steps in (1, 2, 3):
+        adapter = GraphAdapter(dim=8, node_features=f, heads=2, propagate=steps).eval()
+        want = adapter.node_proj(smoothed_features(x, mask, edge_index, steps)).masked_fill(~mask.unsqueeze(-1), 0.0)
+        torch.testing.assert_close(adapter(x, mask, edge_index).x, want)
     with pytest.raises(ValueError, match="propagate"):
         GraphAdapter(dim=8, node_features=f, propagate=-1)
 
@@ -453,15 +459,45 @@ def test_feature_dropout_drops_raw_node_features_in_training_only():
     plain.load_state_dict(adapter.state_dict())
     torch.testing.assert_close(adapter.eval()(x, mask, edge_index).x, plain.eval()(x, mask, edge_index).x)
     adapter.train()
-    seen = {}
-
-    def record(module, inputs):
-        seen["x"] = inputs[0]
-
-    handle = adapter.node_proj.register_forward_pre_hook(record)
-    adapter(x, mask, edge_index)
-    handle.remove()
-    dropped = seen["x"][0]  # [N, F] what the projection read
+    torch.manual_seed(1)
+    got = adapter(x, mask, edge_index).x
+    torch.manual_seed(1)
+    dropped = torch.nn.functional.dropout(x, 0.5, training=True)  # the same draw: what the projection read
     zero = dropped == 0
     assert 0 < zero.sum() < zero.numel()
-    torch.testing.assert_close(dropped[~zero], x[0][~zero] * 2.0)
+    torch.testing.assert_close(dropped[~zero], x[~zero] * 2.0)
+    torch.testing.assert_close(got, plain.eval()(dropped, mask, edge_index).x)
+
+
+@pytest.mark.parametrize("propagate", [0, 2])
+def test_sparse_node_features_take_the_sparse_product_with_the_same_tokens_and_dropout(propagate, monkeypatch):
+    """Bag-of-words features (mostly zeros) are projected as a sparse matrix: the same tokens as the dense
+    projection in eval; in training each non-zero feature is dropped or scaled by 1/(1-p), zeros stay zero."""
+    from seqattn.modalities.graph import adapter as graph_adapter
+    from seqattn.modalities.graph.adapter import GraphAdapter
+
+    monkeypatch.setattr(graph_adapter, "SPARSE_FEATURES_MIN", 0)  # this small input too
+    used = []
+    sparse_mm = torch.sparse.mm
+    monkeypatch.setattr(torch.sparse, "mm", lambda *a: used.append(1) or sparse_mm(*a))
+    torch.manual_seed(0)
+    n, f = 12, 40
+    x = torch.zeros(1, n, f)
+    x[0, torch.arange(n), torch.arange(n) * 3] = 1.0 + torch.rand(n)  # one non-zero per node: 2.5 % fill
+    mask = torch.ones(1, n, dtype=torch.bool)
+    edge_index = torch.tensor([[i for i in range(n - 1)] + [i + 1 for i in range(n - 1)],
+                               [i + 1 for i in range(n - 1)] + [i for i in range(n - 1)]])
+    adapter = GraphAdapter(dim=8, node_features=f, heads=1, feature_dropout=0.5, propagate=propagate,
+                           distance_bias=False).eval()
+    dense = graph_adapter.smoothed_features(x, mask, edge_index, propagate) if propagate else x
+    torch.testing.assert_close(adapter(x, mask, edge_index).x, adapter.node_proj(dense))
+    assert used  # the sparse product ran
+    if propagate:
+        return
+    adapter.train()
+    torch.manual_seed(3)
+    got = adapter(x, mask, edge_index).x[0]  # [N, D]: each token is bias, or bias + 2 · its feature's column
+    bias, cols = adapter.node_proj.bias, adapter.node_proj.weight[:, torch.arange(n) * 3].t() * x[0, torch.arange(n), torch.arange(n) * 3, None]
+    kept = torch.isclose(got, bias + 2 * cols, atol=1e-5).all(1)
+    gone = torch.isclose(got, bias.expand_as(got), atol=1e-5).all(1)
+    assert bool((kept | gone).all()) and 0 < int(kept.sum()) < n

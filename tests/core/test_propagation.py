@@ -1,0 +1,101 @@
+"""Personalised-PageRank output propagation (``seqattn.core.propagation``, ``Encoder(output_propagation=k)``)."""
+
+import pytest
+import torch
+
+from seqattn.core import Encoder
+from seqattn.core.propagation import ppr_propagate
+from seqattn.core.tokens import Tokens
+
+
+def _graph():
+    """Two graphs padded to 5 nodes: a 5-cycle with a chord and a 3-path (2 padding rows); both directions."""
+    n = 5
+    local = [torch.tensor([[0, 1, 2, 3, 4, 0], [1, 2, 3, 4, 0, 2]]), torch.tensor([[0, 1], [1, 2]])]
+    both = [torch.cat([e, e.flip(0)], dim=1) for e in local]
+    edge_index = torch.cat([e + i * n for i, e in enumerate(both)], dim=1)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    return edge_index, mask, both, [5, 3]
+
+
+def test_ppr_equals_the_dense_formula_per_graph_and_leaves_padding():
+    """z_{t+1} = (1-α) Â z_t + α x with Â = D^-1/2 (A + I) D^-1/2, per graph of a padded batch (dense by hand)."""
+    torch.manual_seed(0)
+    edge_index, mask, local, sizes = _graph()
+    x = torch.randn(2, 5, 3)
+    got = ppr_propagate(x, edge_index, mask, steps=4, alpha=0.2)
+    assert got.shape == x.shape
+    for i, (e, size) in enumerate(zip(local, sizes)):
+        a = torch.eye(size)
+        a[e[1], e[0]] = 1.0  # row = target
+        d = a.sum(1).rsqrt()
+        a_hat = d[:, None] * a * d[None, :]
+        z = x[i, :size]
+        for _ in range(4):
+            z = 0.8 * a_hat @ z + 0.2 * x[i, :size]
+        torch.testing.assert_close(got[i, :size], z)
+    torch.testing.assert_close(got[1, 3:], x[1, 3:])  # padding untouched, and it sent nothing
+    # self-loops already in the edges (the graph adapter adds them) are not counted twice
+    loops = torch.nonzero(mask.reshape(-1)).squeeze(1)
+    with_loops = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+    torch.testing.assert_close(ppr_propagate(x, with_loops, mask, 4, 0.2), got)
+    assert ppr_propagate(x, edge_index, mask, 0, 0.2) is x
+    torch.testing.assert_close(ppr_propagate(x, edge_index, mask, 3, 1.0), x)  # alpha 1: always restart
+
+
+def test_ppr_commutes_with_a_node_permutation():
+    torch.manual_seed(1)
+    edge_index, mask, local, _ = _graph()
+    x = torch.randn(1, 5, 4)
+    e = local[0]
+    perm = torch.randperm(5)
+    inv = torch.argsort(perm)  # new position of old node j is inv[j]
+    out = ppr_propagate(x, e, None, 5, 0.1)
+    out_p = ppr_propagate(x[:, perm], inv[e], None, 5, 0.1)
+    torch.testing.assert_close(out_p, out[:, perm])
+
+
+@pytest.mark.parametrize("bad", [dict(steps=-1), dict(steps=1.5), dict(alpha=1.5), dict(alpha=-0.1)])
+def test_ppr_rejects_bad_values(bad):
+    edge_index, mask, _, _ = _graph()
+    args = dict(steps=2, alpha=0.1) | bad
+    with pytest.raises(ValueError, match="steps|alpha"):
+        ppr_propagate(torch.zeros(2, 5, 3), edge_index, mask, **args)
+
+
+def _tokens(x, mask, edge_index):
+    loops = torch.nonzero(mask.reshape(-1)).squeeze(1)  # the adapter's self-loops
+    return Tokens(x=x, mask=mask, edge_index=torch.cat([edge_index, torch.stack([loops, loops])], dim=1))
+
+
+def test_encoder_output_propagation_changes_the_output_and_is_the_last_step():
+    """``output_propagation=k`` = the plain encoder's output, then k PPR steps over the tokens' edges (padding
+    zero); it changes the output; node permutation permutes it; a batch without edges is an error."""
+    torch.manual_seed(0)
+    edge_index, mask, local, _ = _graph()
+    x = torch.randn(2, 5, 16)
+    plain = Encoder(16, 2, 2, positional="none", dropout=0.0).eval()
+    prop = Encoder(16, 2, 2, positional="none", dropout=0.0, output_propagation=3, propagation_alpha=0.3).eval()
+    prop.load_state_dict(plain.state_dict())
+    tokens = _tokens(x, mask, edge_index)
+    base, out = plain(tokens), prop(tokens)
+    assert out.shape == (2, 5, 16)
+    assert not torch.allclose(out, base)
+    want = ppr_propagate(base, tokens.edge_index, mask, 3, 0.3).masked_fill(~mask.unsqueeze(-1), 0.0)
+    torch.testing.assert_close(out, want)
+    assert not out[1, 3:].any()
+    # permuting the nodes of the first graph permutes the output
+    perm = torch.randperm(5)
+    inv = torch.argsort(perm)
+    one = _tokens(x[:1], mask[:1], local[0])
+    moved = _tokens(x[:1, perm], mask[:1], inv[local[0]])
+    torch.testing.assert_close(prop(moved), prop(one)[:, perm], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="output_propagation"):
+        prop(Tokens(x=x, mask=mask))
+
+
+@pytest.mark.parametrize("bad", [dict(output_propagation=-1), dict(output_propagation=2.0),
+                                 dict(propagation_alpha=2.0)])
+def test_encoder_rejects_bad_propagation_settings(bad):
+    with pytest.raises(ValueError, match="output_propagation|propagation_alpha"):
+        Encoder(16, 1, 2, positional="none", **bad)
