@@ -15,7 +15,9 @@ Both sides run through the command a user types, with the custom-data options of
 
 The reference is the same recipe with the log-mel CNN encoder (``model=logmel_cnn head.pooling=mean``:
 2-D convolutions over the ``[frames x mel bins]`` map, the classic keyword-spotting model) on the same
-split, features, augmentation and training length. The case gives one table row per manifest.
+split, features, augmentation and training length. Both sides run with ``cpu_threads=1`` (one intra-op
+thread: these small models gain little from a second thread and lose much when the machine is shared;
+see the performance issue). The case gives one table row per manifest.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ SPLITS = {
 }
 #: the recipe's extra overrides per side: seqattn's default, and the log-mel CNN on the same recipe
 RUNS = {"attention": [], "logmel_cnn": ["model=logmel_cnn", "head.pooling=mean"]}
+#: overrides of both sides
+COMMON = ["cpu_threads=1"]
 REFERENCE_NAME = "log-mel CNN (model=logmel_cnn, same features, augmentation and training length)"
 
 
 def run_overrides(manifest: Path, name: str) -> list[str]:
     """``python -m seqattn.run`` arguments of one side (``name`` in :data:`RUNS`) on ``manifest``."""
-    return ["task=speech_cls", f"data.manifest={manifest}", *RUNS[name]]
+    return ["task=speech_cls", f"data.manifest={manifest}", *RUNS[name], *COMMON]
 
 
 @dataclass

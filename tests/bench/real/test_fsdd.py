@@ -33,7 +33,7 @@ REAL = _real_fsdd()
 needs_fsdd = pytest.mark.skipif(REAL is None, reason="no FSDD folder (../shared/data/fsdd/manifest_official.csv; "
                                                      "set SEQATTN_REAL_DATA)")
 TINY = ["model.dim=16", "data.batch_size=16",
-        "trainer.max_epochs=1", "plot=false", "trainer.enable_model_summary=false", "cpu_threads=1"]
+        "trainer.max_epochs=1", "plot=false", "trainer.enable_model_summary=false"]
 
 
 def test_case_is_listed_and_skips_naming_the_missing_manifest(tmp_path, capsys):
@@ -86,7 +86,7 @@ def test_case_runs_both_manifests_with_the_cnn_on_the_same_split(tmp_path):
     assert "held out" in rows[1]
     assert all(r.count("|") == HEADER.splitlines()[0].count("|") for r in rows)
     assert result.command.startswith("python -m seqattn.run task=speech_cls data.manifest=")
-    assert result.command.endswith("manifest_official.csv")
+    assert "manifest_official.csv" in result.command and "model=" not in result.command
     assert "manifest_speakers.csv" in result.notes and "model=logmel_cnn head.pooling=mean" in result.notes
     json.dumps(asdict(result))  # --json can write it
     for stem, more in (("manifest_official", None), ("manifest_speakers", result.more[0])):
