@@ -40,6 +40,7 @@ CASES: dict[str, str] = {
     "karate4": "cora",
     "lines": "lines",
     "spoken_words": "spoken_words",
+    "fsdd": "fsdd",
 }
 
 

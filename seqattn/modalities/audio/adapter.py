@@ -32,11 +32,13 @@ class AudioAdapter(AdapterBase):
         n_mfcc: int = 20,
         normalize: bool = True,
         dropout: float = 0.0,
+        f_min: float = 0.0,
+        f_max: float | None = None,
     ) -> None:
         super().__init__()
         if dim <= 0:
             raise ValueError(f"dim must be positive, got {dim}")
-        self.features = AudioFeatures(sample_rate, win_ms, hop_ms, features, n_mels, n_mfcc, normalize)
+        self.features = AudioFeatures(sample_rate, win_ms, hop_ms, features, n_mels, n_mfcc, normalize, f_min, f_max)
         self.proj = nn.Linear(self.features.feature_dim, dim)
         self.dropout = nn.Dropout(dropout)
 
@@ -54,7 +56,8 @@ class AudioAdapter(AdapterBase):
                 "channels": "mono: the mean over the file's channels",
                 "resampling": "files at another rate are resampled to sample_rate (torchaudio.functional.resample)",
                 "features_inside_the_model": {"kind": f.kind, "win_samples": f.win, "hop_samples": f.hop,
-                                              "n_mels": f.n_mels, "n_mfcc": f.n_mfcc, "normalize": f.normalize},
+                                              "n_mels": f.n_mels, "n_mfcc": f.n_mfcc, "normalize": f.normalize,
+                                              "f_min": f.f_min, "f_max": f.f_max},
                 "frames": "output position f covers samples [f * hop_samples, f * hop_samples + win_samples)",
             },
         }

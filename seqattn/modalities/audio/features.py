@@ -10,6 +10,7 @@ Letters: b batch, t samples, f frames, c feature dim, d model width.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -22,6 +23,8 @@ from torch import nn
 from seqattn.core.masks import lengths_to_mask
 from seqattn.labels import IGNORE_INDEX
 from seqattn.modalities.audio.manifest import check_complete_wav
+
+log = logging.getLogger("seqattn.modalities.audio.features")
 
 FEATURES = ("raw", "logmel", "mfcc")
 _LOG_EPS = 1e-6
@@ -99,7 +102,10 @@ def frame_labels(
 class AudioFeatures(nn.Module):
     """Waveform -> frame features: ``raw`` window samples, ``logmel`` or ``mfcc``.
 
-    No trainable parameters. ``win`` / ``hop`` are in samples.
+    No trainable parameters. ``win`` / ``hop`` are in samples. The mel filters span ``[f_min, f_max]``
+    Hz (``f_max`` None: the Nyquist frequency ``sample_rate / 2``). An ``f_max`` above the Nyquist
+    frequency is clipped to it with a warning naming both (a recipe default such as 4 kHz stays valid
+    for 8 kHz and 16 kHz input); ``f_min`` must lie below the (clipped) ``f_max``.
     """
 
     def __init__(
@@ -111,6 +117,8 @@ class AudioFeatures(nn.Module):
         n_mels: int = 40,
         n_mfcc: int = 20,
         normalize: bool = True,
+        f_min: float = 0.0,
+        f_max: float | None = None,
     ) -> None:
         super().__init__()
         if features not in FEATURES:
@@ -130,6 +138,7 @@ class AudioFeatures(nn.Module):
         self.n_mels = n_mels
         self.n_mfcc = n_mfcc
         self.normalize = normalize
+        self.f_min, self.f_max = self._band(float(f_min), f_max)
         if features != "raw":
             self.mel = torchaudio.transforms.MelSpectrogram(
                 sample_rate=sample_rate,
@@ -137,12 +146,30 @@ class AudioFeatures(nn.Module):
                 win_length=self.win,
                 hop_length=self.hop,
                 n_mels=n_mels,
+                f_min=self.f_min,
+                f_max=self.f_max,
                 center=False,
                 power=2.0,
             )
         if features == "mfcc":
             dct = torchaudio.functional.create_dct(n_mfcc, n_mels, norm="ortho")  # [n_mels, n_mfcc]
             self.register_buffer("dct", dct, persistent=False)
+
+    def _band(self, f_min: float, f_max: float | None) -> tuple[float, float]:
+        """``(f_min, f_max)`` in Hz with ``f_max`` clipped to the Nyquist frequency (a warning says so)."""
+        nyquist = self.sample_rate / 2.0
+        if f_max is None:
+            f_max = nyquist
+        f_max = float(f_max)
+        if f_max <= 0:
+            raise ValueError(f"f_max={f_max} Hz must be positive (or null for the Nyquist frequency)")
+        if f_max > nyquist:
+            log.warning("f_max=%g Hz is above the Nyquist frequency %g Hz of sample_rate=%d Hz: the mel filters "
+                        "stop at %g Hz", f_max, nyquist, self.sample_rate, nyquist)
+            f_max = nyquist
+        if not 0.0 <= f_min < f_max:
+            raise ValueError(f"f_min={f_min} Hz must be in [0, f_max={f_max:g} Hz) at sample_rate={self.sample_rate} Hz")
+        return f_min, f_max
 
     @property
     def feature_dim(self) -> int:

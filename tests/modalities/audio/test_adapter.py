@@ -156,3 +156,43 @@ def test_logmel_and_mfcc_are_the_framed_power_spectrum_written_out():
     want = dct(logmel[0].double().numpy(), type=2, norm="ortho", axis=-1)[:, :7]
     assert mfcc.shape[-1] == 7
     torch.testing.assert_close(mfcc[0].double(), torch.from_numpy(want), atol=1e-4, rtol=1e-4)
+
+
+def test_mel_band_f_max_drops_energy_above_it():
+    """With ``f_max=4000`` a 6 kHz tone at 16 kHz leaves the log-mel features near the noise floor, while a
+    1 kHz tone shows; without ``f_max`` (Nyquist) the 6 kHz tone shows too. The filters are the written-out
+    mel filters of ``[f_min, f_max]``."""
+    import torchaudio
+
+    t = torch.arange(SR // 2) / SR  # 0.5 s
+    quiet = 1e-4 * torch.randn(SR // 2, generator=torch.Generator().manual_seed(0))
+
+    def peak(freq: float, **band) -> float:
+        feats, _ = AudioFeatures(SR, features="logmel", normalize=False, **band)(torch.sin(2 * torch.pi * freq * t) + quiet)
+        return float(feats.max())
+
+    floor = peak(0.0, f_max=4000)  # silence plus the quiet noise (log power ~ -10.5)
+    assert peak(1000.0, f_max=4000) > floor + 15  # ~ +9.3
+    assert peak(6000.0, f_max=4000) < floor + 5  # only the Hann window's leakage (~ -7)
+    assert peak(6000.0) > floor + 15  # ~ +9.3
+    f = AudioFeatures(SR, features="logmel", n_mels=20, f_min=50, f_max=4000)
+    assert (f.f_min, f.f_max) == (50.0, 4000.0)
+    want = torchaudio.functional.melscale_fbanks(f.win // 2 + 1, 50.0, 4000.0, 20, SR)
+    torch.testing.assert_close(f.mel.mel_scale.fb, want)
+    assert AudioAdapter(8, f_max=4000).export_description()["preprocessing"]["features_inside_the_model"]["f_max"] == 4000
+
+
+def test_f_max_above_nyquist_is_clipped_with_a_warning_naming_both(caplog):
+    with caplog.at_level("WARNING", logger="seqattn.modalities.audio.features"):
+        f = AudioFeatures(8000, features="logmel", f_max=8000)
+    assert f.f_max == 4000.0
+    assert "f_max=8000 Hz" in caplog.text and "Nyquist frequency 4000 Hz" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="seqattn.modalities.audio.features"):
+        assert AudioFeatures(16000, features="logmel", f_max=8000).f_max == 8000.0  # at Nyquist: no warning
+        assert AudioFeatures(16000, features="logmel").f_max == 8000.0  # None: Nyquist
+    assert not caplog.text
+    with pytest.raises(ValueError, match=r"f_min=4000.0 Hz must be in \[0, f_max=4000 Hz\)"):
+        AudioFeatures(8000, features="logmel", f_min=4000)
+    with pytest.raises(ValueError, match=r"f_max=-1.0 Hz must be positive"):
+        AudioFeatures(8000, features="logmel", f_max=-1)

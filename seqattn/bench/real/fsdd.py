@@ -1,0 +1,79 @@
+"""FSDD, recorded human speech: the clip-classification recipe vs a log-mel CNN, on two splits.
+
+The Free Spoken Digit Dataset (``<data>/fsdd``: 3,000 clips of the digits 0-9, 6 speakers x 50 takes,
+8 kHz mono, trimmed) comes with two manifests (``path,label,speaker,split``):
+
+- ``manifest_official.csv``: the dataset's own split by take (takes 0-4 test, 5-9 val, 10-49 train;
+  every speaker in every split);
+- ``manifest_speakers.csv``: speakers ``jackson`` and ``theo`` held out as test (unseen in training),
+  takes 45-49 of the other four as val.
+
+Both sides run through the command a user types, with the custom-data options of
+``tasks/speech_cls/README.md``::
+
+    python -m seqattn.run task=speech_cls data.manifest=<data>/fsdd/manifest_official.csv seed=<s>
+
+The reference is the same recipe with the log-mel CNN encoder (``model=logmel_cnn head.pooling=mean``:
+2-D convolutions over the ``[frames x mel bins]`` map, the classic keyword-spotting model) on the same
+split, features, augmentation and training length. Both sides run with ``cpu_threads=1`` (one intra-op
+thread: these small models gain little from a second thread and lose much when the machine is shared;
+see the performance issue). The case gives one table row per manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from seqattn.bench.real import Context, Result, command_line, compare_seeds, recipe_reference
+
+SEEDS = 3
+#: manifest file -> the row's dataset label
+SPLITS = {
+    "manifest_official.csv": "FSDD recorded digits, official split (2,400 / 300 / 300 clips, every speaker in test)",
+    "manifest_speakers.csv": "FSDD recorded digits, speakers jackson and theo held out (1,800 / 200 / 1,000 clips)",
+}
+#: the recipe's extra overrides per side: seqattn's default, and the log-mel CNN on the same recipe
+RUNS = {"attention": [], "logmel_cnn": ["model=logmel_cnn", "head.pooling=mean"]}
+#: overrides of both sides
+COMMON = ["cpu_threads=1"]
+REFERENCE_NAME = "log-mel CNN (model=logmel_cnn, same features, augmentation and training length)"
+
+
+def run_overrides(manifest: Path, name: str) -> list[str]:
+    """``python -m seqattn.run`` arguments of one side (``name`` in :data:`RUNS`) on ``manifest``."""
+    return ["task=speech_cls", f"data.manifest={manifest}", *RUNS[name], *COMMON]
+
+
+@dataclass
+class SplitResults(Result):
+    """The official split's :class:`Result` whose table row is followed by the other manifests' rows
+    (``more``: their fields as plain dicts, so ``--json`` can write them)."""
+
+    more: list[dict] = field(default_factory=list)
+
+    def row(self) -> str:
+        return "\n".join([Result.row(self), *(Result(**r).row() for r in self.more)])
+
+
+def split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
+    """One manifest: per seed the recipe and the log-mel CNN, each through the user's command."""
+    ours, cnn = run_overrides(manifest, "attention"), run_overrides(manifest, "logmel_cnn")
+    sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra)
+    seqattn, seq_s, ref, ref_s = compare_seeds(sub, f"fsdd {manifest.stem}", ours, SEEDS,
+                                               recipe_reference(sub, cnn, "logmel_cnn"), "log-mel CNN")
+    return Result(dataset, "test accuracy", False, seqattn, ref, REFERENCE_NAME, seq_s, ref_s,
+                  command_line(ours), notes=f"reference: {command_line(cnn)}")
+
+
+def case_fsdd(ctx: Context) -> Result:
+    """Both manifests of ``<data>/fsdd``; a missing folder or manifest raises ``FileNotFoundError`` (the
+    suite then skips the case, saying why)."""
+    folder = ctx.data / "fsdd"
+    manifests = [folder / name for name in SPLITS]
+    missing = [str(m) for m in manifests if not m.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no {', '.join(missing)}")
+    first, *rest = [split_case(ctx, m, SPLITS[m.name]) for m in manifests]
+    notes = "; ".join([first.notes] + [f"{r.dataset.split(',')[1].strip()}: `{r.command}`" for r in rest])
+    return SplitResults(**{**asdict(first), "notes": notes}, more=[asdict(r) for r in rest])
