@@ -10,6 +10,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+import seqattn
+
 from seqattn.run import build_objective, finetune_options, train
 from seqattn.training.checkpoint import read_checkpoint
 from seqattn.training.finetune import apply_finetune
@@ -50,6 +52,8 @@ def test_pretraining_lowers_the_hidden_atoms_loss(pretrained):
     spec = checkpoint["hyper_parameters"]["spec"]
     assert spec["sizes"]["node_types"] == 18 and spec["labels"] is None
     assert checkpoint["state_dict"]["net.head.net.1.weight"].shape[0] == 18  # a head over the elements
+    with pytest.raises(ValueError, match=r"pretraining checkpoint.*nothing to predict with.*init_from="):
+        seqattn.load(metrics["best_checkpoint"])
 
 
 @pytest.mark.slow
