@@ -44,7 +44,7 @@ from torch import nn
 
 from seqattn.core.graph_cost import GRAPH_PATHS
 from seqattn.core.tokens import Tokens
-from seqattn.model.protocols import AdapterBase
+from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets, replace_rows
 from seqattn.modalities.graph.positional import GRAPH_POSITIONALS
 
 
@@ -216,11 +216,14 @@ class GraphAdapter(AdapterBase):
         propagate: ``k > 0``: the node features are concatenated with their ``1..k``-step GCN-normalised
             graph averages before the projection (:func:`smoothed_features`); ``node_proj`` then reads
             ``F·(k+1)`` inputs. Helps when few nodes are labelled and features say little alone.
+        node_types: T > 0: the first T columns of ``x`` are a one-hot node type (a molecule's element, from the
+            data's spec ``sizes.node_types``); masked pretraining then predicts that type. 0: it predicts ``x``.
         kernel: removed (None only): the attention path is the encoder's ``graph_path``
             (``model.graph_path``); a value raises ``ValueError`` naming it.
     """
 
-    spec_fields = {"node_features": "sizes.node_features", "edge_features": "sizes.edge_features"}
+    spec_fields = {"node_features": "sizes.node_features", "edge_features": "sizes.edge_features",
+                   "node_types": "sizes.node_types"}
     exportable = False  # see the class docstring
 
     def __init__(
@@ -240,6 +243,7 @@ class GraphAdapter(AdapterBase):
         dense_min_fill: float | None = None,
         edge_channels: int = 0,
         propagate: int = 0,
+        node_types: int = 0,
     ) -> None:
         super().__init__()
         if dim <= 0 or node_features is None or node_features <= 0 or heads <= 0:
@@ -268,6 +272,10 @@ class GraphAdapter(AdapterBase):
         self.node_features, self.edge_features = node_features, edge_features
         self.positional, self.pe_dim = positional, pe_dim
         self.propagate = propagate
+        if not isinstance(node_types, int) or not 0 <= node_types <= node_features:
+            raise ValueError(f"node_types must be an int in [0, node_features={node_features}] (the one-hot type "
+                             f"columns leading x), got {node_types!r}")
+        self.node_types = node_types
         self.node_proj = nn.Linear(node_features * (propagate + 1), dim)
         self.pe_proj = nn.Linear(pe_dim, dim) if positional != "none" else None
         self.edge_proj = nn.Linear(edge_features, heads) if edge_features else None
@@ -341,12 +349,14 @@ class GraphAdapter(AdapterBase):
         # = node_proj(smoothed_features(feature_dropout(x))), propagating D-wide vectors, sparse features sparse
         drop = self.feature_dropout.p if self.training else 0.0
         h = project_smoothed(x, mask, edge_index, self.propagate, self.node_proj, drop)  # [B, N, D]
+        node_position = None  # [B, N, D], what pe adds (kept for mask_tokens: a hidden node keeps its position)
         if self.pe_proj is not None:
             pe = pe.to(h.dtype)
             if self.positional == "laplacian" and self.training:
                 sign = torch.randint(0, 2, (b, 1, self.pe_dim), device=pe.device).to(pe.dtype) * 2 - 1
                 pe = pe * sign  # [B, N, K], a random sign per graph and eigenvector
-            h = h + self.pe_proj(pe)
+            node_position = self.pe_proj(pe)
+            h = h + node_position
         h = self.dropout(h.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, N, D]
 
         edges, distance, position = k_hop_edges(edge_index, mask, self.hops)  # [2, E'], [E'], [E]
@@ -366,8 +376,55 @@ class GraphAdapter(AdapterBase):
                     0, position, edge_attr.to(h.dtype))  # [E', G], zeros off the input edges
                 parts.insert(0, bond)
             features = self.edge_embed(torch.cat(parts, dim=1))  # [E', C]
-        return Tokens(x=h, mask=mask, edge_index=edges, edge_bias=bias,
-                      extra={"graph_edges": edges}, edge_attr=features)
+        extra = {"graph_edges": edges}
+        if node_position is not None:
+            extra["node_position"] = node_position
+        return Tokens(x=h, mask=mask, edge_index=edges, edge_bias=bias, extra=extra, edge_attr=features)
+
+    # -- masked pretraining (seqattn.objectives.masked) -----------------------------------------
+    def token_target_layout(self) -> TargetLayout:
+        """``("class", node_types)`` when the data declares node types (a molecule's element), else
+        ``("regression", node_features)``: the node's own input features."""
+        if self.node_types:
+            return TargetLayout("class", self.node_types)
+        return TargetLayout("regression", self.node_features)
+
+    def token_targets(self, batch) -> TokenTargets:
+        """From the clean ``x [B, N, F]`` and ``mask [B, N]``: the node type (``values [B, N]`` long, the argmax
+        of x's first ``node_types`` one-hot columns) or the node's features (``values [B, N, F]``, as the
+        data gives them: normalise them there, e.g. ``data.normalize_features``); every real node is
+        maskable, padding never. A hidden node loses its features and keeps its edges (bonds) and its
+        positional encoding (:meth:`mask_tokens`)."""
+        x, mask = batch.get("x"), batch.get("mask")
+        if not isinstance(x, torch.Tensor) or not isinstance(mask, torch.Tensor) or x.dim() != 3 \
+                or mask.shape != x.shape[:2] or mask.dtype != torch.bool:
+            raise ValueError(f"GraphAdapter.token_targets needs x [B, N, F] and mask [B, N] bool, got "
+                             f"{tuple(getattr(x, 'shape', ()))} and {tuple(getattr(mask, 'shape', ()))}")
+        if self.propagate:
+            raise ValueError(f"adapter.propagate={self.propagate}: each node would read its neighbours' smoothed "
+                             "features, which hold a hidden node's own features; masked pretraining needs "
+                             "adapter.propagate=0")
+        if self.node_types:
+            onehot = x[..., : self.node_types]  # [B, N, T]
+            bad = mask & (((onehot != 0) & (onehot != 1)).any(-1) | (onehot.sum(-1) != 1))  # [B, N]
+            if bool(bad.any()):
+                raise ValueError(f"node_types={self.node_types}: x's first {self.node_types} columns must be one-hot "
+                                 f"on every real node; {int(bad.sum())} node(s) are not")
+            types = onehot.argmax(-1).masked_fill(~mask, 0)  # [B, N]
+            return TokenTargets("class", types, mask, self.node_types)
+        values = x.float().masked_fill(~mask.unsqueeze(-1), 0.0)  # [B, N, F]
+        return TokenTargets("regression", values, mask, self.node_features)
+
+    def mask_tokens(self, tokens: Tokens, hide: torch.Tensor, vector: torch.Tensor) -> Tokens:
+        """Hidden nodes (``hide [B, N]``) become ``vector [D]`` plus their positional encoding's projection
+        (``tokens.extra["node_position"]``, when ``positional != none``): the features are gone, the
+        position in the graph stays (as do the edges and their bias)."""
+        out = replace_rows(tokens, hide, vector)
+        position = tokens.extra.get("node_position")
+        if position is None:
+            return out
+        x = torch.where(hide.unsqueeze(-1), out.x + position.to(out.x.dtype), out.x)  # [B, N, D]
+        return out.replace(x=x)
 
     def extra_repr(self) -> str:
         return (f"hops={self.hops}, propagate={self.propagate}, positional={self.positional!r}, "

@@ -27,6 +27,7 @@ from seqattn.modalities.graph.batching import collate_graphs
 from seqattn.modalities.graph.molecules import (
     ATOM_FEATURES,
     BOND_FEATURES,
+    ELEMENTS,
     FEATURIZER_VERSION,
     KINDS,
     MOLECULENET,
@@ -372,3 +373,58 @@ class MoleculeDataModule(TaskDataModule):
     def describe(self, batch: Mapping[str, Any]) -> list[Item]:
         """Per molecule: its ``smiles``."""
         return [Item(id=str(i), fields={"smiles": s}) for i, s in zip(batch["ids"], batch["smiles"])]
+
+
+def collate_unlabelled_molecules(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`collate_molecules` without ``targets``."""
+    batch = collate_molecules(graphs)
+    batch.pop("targets", None)
+    return batch
+
+
+#: the node types of :func:`~seqattn.modalities.graph.molecules.mol_to_graph`'s features: its first one-hot group,
+#: the element (``ELEMENTS`` and "other"); masked-atom pretraining predicts it
+NODE_TYPES = len(ELEMENTS) + 1
+
+
+class SmilesDataModule(MoleculeDataModule):
+    """Unlabelled molecules, for masked-atom pretraining (``task=molecule_pretrain``): the same sources and
+    options as :class:`MoleculeDataModule`, targets never read.
+
+    Sources: ``nci_tpsa`` (the NCI molecules RDKit ships; TPSA unused), ``csv`` (``path``: a CSV with a header
+    and the ``smiles_column``, other columns ignored; or a ``.smi`` / ``.txt`` file with one SMILES, and an
+    optional name, per line) and ``moleculenet`` (its SMILES). ``target_columns`` / ``target_kinds`` are
+    ignored. Batches as :class:`MoleculeDataModule`'s without ``targets``. The spec's ``num_outputs`` and
+    ``sizes.node_types`` are the :data:`NODE_TYPES` element classes (the adapter's targets: x's first
+    one-hot group); it has no labels or target statistics.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["target_columns"], kwargs["target_kinds"] = ["unused"], "regression"  # (read as none below)
+        super().__init__(*args, **kwargs)
+        self.target_columns = []
+
+    def _records(self) -> list[dict[str, Any]]:
+        if self.source == "nci_tpsa":
+            return read_smiles_table(nci_tpsa_path(), "smiles", [], header=False, names=["smiles", "tpsa"])
+        if self.source == "moleculenet":
+            raw, smiles_col, _ = moleculenet_csv(self.moleculenet, self.data_dir / "moleculenet")
+            self.smiles_column = smiles_col
+            return read_smiles_table(raw, smiles_col, [], id_column=self.id_column)
+        if Path(self.path).suffix.lower() in (".smi", ".txt"):
+            return read_smiles_lines(self.path, self.encoding)
+        return read_smiles_table(self.path, self.smiles_column, [], id_column=self.id_column, encoding=self.encoding,
+                                 split_column=self.split_column)
+
+    def spec(self) -> DataSpec:
+        """Atom and bond feature widths, the element classes (``sizes.node_types``), the ``pe`` computed."""
+        if not self.datasets:
+            raise RuntimeError("spec() needs setup()")
+        return DataSpec(num_outputs=NODE_TYPES, labels=None,
+                        sizes={"node_features": ATOM_FEATURES, "edge_features": BOND_FEATURES, "node_types": NODE_TYPES},
+                        provides={"pe": "none" if self.positional == "none" else f"{self.positional}/{self.pe_dim}"})
+
+    def _log_missing_targets(self) -> None:
+        """Nothing: no targets."""
+
+    collate = staticmethod(collate_unlabelled_molecules)

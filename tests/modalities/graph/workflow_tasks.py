@@ -57,3 +57,18 @@ TASKS = {
         exact_resume=False,
     ),
 }
+
+
+def _smiles_list(tmp_path: Path) -> FileSource:
+    (tmp_path / "mol.smi").write_text("".join(f"{'C' * (i + 1)}O\n" for i in range(12)))
+    return [f"data.path={tmp_path / 'mol.smi'}"], "csv", "nci_tpsa"
+
+
+TASKS["molecule_pretrain"] = Task(
+    overrides=["task=molecule_pretrain", "data.limit=400", "data.batch_size=32", "adapter.positional=random_walk",
+               "model.dim=32", "model.depth=2", "trainer.max_epochs=3"],
+    predict_inputs=_molecule_inputs,
+    file_source=_smiles_list,
+    exportable=False,
+    predicts=False,
+)
