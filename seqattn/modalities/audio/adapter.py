@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from seqattn.core.tokens import Tokens
-from seqattn.model.protocols import AdapterBase
+from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
 from seqattn.modalities.audio.features import AudioFeatures
 
 
@@ -75,3 +75,23 @@ class AudioAdapter(AdapterBase):
         feats, mask = self.features(waveform, lengths)  # [B, F, C], [B, F]
         x = self.dropout(self.proj(feats))  # [B, F, D]
         return Tokens(x=x, mask=mask, extra={"features": feats})
+
+    # -- masked-frame pretraining (seqattn.objectives.masked) -------------------------------
+    def token_target_layout(self) -> TargetLayout:
+        """Masked-frame pretraining regresses each hidden frame's features: ``("regression", feature_dim)``
+        (40 log-mel bins by default)."""
+        return TargetLayout("regression", self.features.feature_dim)
+
+    def token_targets(self, batch) -> TokenTargets:
+        """Each frame's features as the adapter computes them from the **clean** waveform (``values
+        [B, F, feature_dim]``: log-mel by default, normalised per utterance and bin over its real frames
+        when ``normalize``: the projection's own input), maskable on real frames only (``maskable [B, F]``;
+        padding frames never). Computed here by the feature module alone, so no augmentation of a
+        training forward reaches the targets (noise and SpecAugment hide information the model must
+        restore)."""
+        if not isinstance(batch.get("waveform"), torch.Tensor):
+            raise ValueError(f"{type(self).__name__}.token_targets needs waveform [B, T] (and lengths [B]); the "
+                             f"batch has {sorted(batch)}")
+        with torch.no_grad():
+            feats, mask = self.features(batch["waveform"], batch.get("lengths"))  # [B, F, C], [B, F]
+        return TokenTargets("regression", feats.float(), mask, self.features.feature_dim)
