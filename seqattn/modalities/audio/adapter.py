@@ -10,7 +10,8 @@ from torch import nn
 
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
-from seqattn.modalities.audio.features import AudioFeatures
+from seqattn.core.masks import lengths_to_mask
+from seqattn.modalities.audio.features import AudioFeatures, num_frames
 
 
 class AudioAdapter(AdapterBase):
@@ -88,10 +89,18 @@ class AudioAdapter(AdapterBase):
         when ``normalize``: the projection's own input), maskable on real frames only (``maskable [B, F]``;
         padding frames never). Computed here by the feature module alone, so no augmentation of a
         training forward reaches the targets (noise and SpecAugment hide information the model must
-        restore)."""
+        restore), clip by clip in fp32, so a clip's targets are the same bit for bit in any batch."""
         if not isinstance(batch.get("waveform"), torch.Tensor):
             raise ValueError(f"{type(self).__name__}.token_targets needs waveform [B, T] (and lengths [B]); the "
                              f"batch has {sorted(batch)}")
-        with torch.no_grad():
-            feats, mask = self.features(batch["waveform"], batch.get("lengths"))  # [B, F, C], [B, F]
-        return TokenTargets("regression", feats.float(), mask, self.features.feature_dim)
+        f = self.features
+        waveform, lengths = f._check(batch["waveform"], batch.get("lengths"))  # [B, T], [B]
+        frames = f.frame_lengths(lengths)  # [B]
+        values = waveform.new_zeros(waveform.shape[0], num_frames(waveform.shape[1], f.win, f.hop), f.feature_dim)
+        # each clip alone, at its own length and in fp32 (no autocast): the same values bit for bit in any batch,
+        # padding, precision or process count (evaluation hides positions chosen by a hash of them)
+        with torch.no_grad(), torch.autocast(waveform.device.type, enabled=False):
+            for i, n in enumerate(lengths.tolist()):
+                values[i, : int(frames[i])] = f(waveform[i : i + 1, :n], lengths[i : i + 1])[0][0]  # [F_i, C]
+        mask = lengths_to_mask(frames, max_len=values.shape[1])  # [B, F]
+        return TokenTargets("regression", values, mask, f.feature_dim)
