@@ -282,8 +282,8 @@ class UnlabelledClipDataModule(ClipDataModule):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("label_column", "label")  # never read
         super().__init__(*args, **kwargs)
+        self.label_column = None  # never read; not speaker identification: split by speaker or by clip
         if self.train_fraction < 1.0:
             raise ValueError(f"train_fraction={self.train_fraction} is for labelled clips: pretraining reads every "
                              "unlabelled clip (keep 1.0)")
@@ -310,7 +310,6 @@ class UnlabelledClipDataModule(ClipDataModule):
         if self.datasets:
             return
         path = self.manifest_path()
-        self.label_column = None  # not speaker identification: split by speaker or by clip
         splits = self._split(self.read_items(path))
         splits = self.cap({name: self._drop_short(name, items) for name, items in splits.items()})
         if not splits["train"]:
