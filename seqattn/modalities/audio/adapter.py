@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from seqattn.core.tokens import Tokens
-from seqattn.model.protocols import AdapterBase
-from seqattn.modalities.audio.features import AudioFeatures
+from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
+from seqattn.core.masks import lengths_to_mask
+from seqattn.modalities.audio.features import AudioFeatures, num_frames
 
 
 class AudioAdapter(AdapterBase):
@@ -78,3 +79,31 @@ class AudioAdapter(AdapterBase):
         feats, mask = self.features(waveform, lengths)  # [B, F, C], [B, F]
         x = self.dropout(self.proj(feats))  # [B, F, D]
         return Tokens(x=x, mask=mask, extra={"features": feats})
+
+    # -- masked-frame pretraining (seqattn.objectives.masked) -------------------------------
+    def token_target_layout(self) -> TargetLayout:
+        """Masked-frame pretraining regresses each hidden frame's features: ``("regression", feature_dim)``
+        (40 log-mel bins by default)."""
+        return TargetLayout("regression", self.features.feature_dim)
+
+    def token_targets(self, batch) -> TokenTargets:
+        """Each frame's features as the adapter computes them from the **clean** waveform (``values
+        [B, F, feature_dim]``: log-mel by default, normalised per utterance and bin over its real frames
+        when ``normalize``: the projection's own input), maskable on real frames only (``maskable [B, F]``;
+        padding frames never). Computed here by the feature module alone, so no augmentation of a
+        training forward reaches the targets (noise and SpecAugment hide information the model must
+        restore), clip by clip in fp32, so a clip's targets are the same bit for bit in any batch."""
+        if not isinstance(batch.get("waveform"), torch.Tensor):
+            raise ValueError(f"{type(self).__name__}.token_targets needs waveform [B, T] (and lengths [B]); the "
+                             f"batch has {sorted(batch)}")
+        f = self.features
+        waveform, lengths = f._check(batch["waveform"], batch.get("lengths"))  # [B, T], [B]
+        frames = f.frame_lengths(lengths)  # [B]
+        values = waveform.new_zeros(waveform.shape[0], num_frames(waveform.shape[1], f.win, f.hop), f.feature_dim)
+        # each clip alone, at its own length and in fp32 (no autocast): the same values bit for bit in any batch,
+        # padding, precision or process count (evaluation hides positions chosen by a hash of them)
+        with torch.no_grad(), torch.autocast(waveform.device.type, enabled=False):
+            for i, n in enumerate(lengths.tolist()):
+                values[i, : int(frames[i])] = f(waveform[i : i + 1, :n], lengths[i : i + 1])[0][0]  # [F_i, C]
+        mask = lengths_to_mask(frames, max_len=values.shape[1])  # [B, F]
+        return TokenTargets("regression", values, mask, f.feature_dim)

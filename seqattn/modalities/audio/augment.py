@@ -143,6 +143,16 @@ class AugmentedAudioAdapter(AudioAdapter):
                                         min_samples=self.features.win)
         self.spec_augment = SpecAugment(time_masks, time_mask_frames, freq_masks, freq_mask_bins)
 
+    def token_targets(self, batch):
+        """:meth:`AudioAdapter.token_targets`, refused while a crop or time shift is on: they move the
+        frames of a training forward away from the clean frames the targets come from (noise and
+        SpecAugment keep the frames in place and are allowed)."""
+        if self.wave_augment.crop < 1.0 or self.wave_augment.shift > 0:
+            raise ValueError(f"masked-frame pretraining with adapter crop={self.wave_augment.crop} / shift_ms > 0: "
+                             "a crop or a time shift moves the frames away from their clean targets; use "
+                             "adapter=audio, or set adapter.crop=1 adapter.shift_ms=0")
+        return super().token_targets(batch)
+
     def forward(self, waveform: torch.Tensor, lengths: torch.Tensor | None = None):
         """``waveform [B, T]``, ``lengths [B]`` -> Tokens(x ``[B, F, dim]``, mask ``[B, F]``), augmented
         while training; ``extra["features"]`` holds the (augmented) frame features."""

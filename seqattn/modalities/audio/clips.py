@@ -248,3 +248,84 @@ class ClipDataModule(TaskDataModule):
         """Per clip: its id and ``duration_s`` (rows add ``label``, ``prob`` and ``probs``)."""
         return [Item(id=ident, fields={"duration_s": round(n / self.sample_rate, 5)})
                 for ident, n in zip(batch["ids"], batch["lengths"].tolist())]
+
+
+class UnlabelledClipDataset(ClipDataset):
+    """Clips without labels (pretraining): items as :class:`ClipDataset`'s with ``label`` None."""
+
+    def __init__(self, items: Sequence[Mapping[str, Any]], sample_rate: int, speakers: Sequence[str] = ()) -> None:
+        super().__init__(items, (), sample_rate, speakers)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = self.items[index]
+        if index not in self._cache:
+            try:
+                self._cache[index] = load_audio(item["path"], self.sample_rate)  # [T]
+            except ValueError as err:
+                raise ValueError(f"{item['where']}: {err}") from None
+        return {"waveform": self._cache[index], "label": None, "id": item["id"],
+                "group": self.speaker_to_index.get(item.get("speaker"), -1)}
+
+
+class UnlabelledClipDataModule(ClipDataModule):
+    """Unlabelled clips, for masked-frame pretraining (``task=speech_pretrain``).
+
+    ``source=synthetic``: the built-in spoken-word corpus of ``task=speech_cls`` (its word labels
+    unused; the same splits, test speakers unseen). ``manifest``: your clips, either a folder of audio
+    files (searched recursively, ``.wav``, ``.flac``, ...) or a CSV / JSONL manifest with a ``path``
+    column (any label column ignored; ``speaker`` and ``split`` columns used as in ``speech_cls``).
+    Without given splits: by speaker when every clip names one, else by clip at random.
+
+    Batches: ``waveform [B, T]``, ``lengths [B]``, ``ids`` (and ``groups`` when speakers are known);
+    never ``labels``. The spec has no labels (``num_outputs`` 1: the pretraining head is sized by the
+    adapter's frame features, not by the data).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.label_column = None  # never read; not speaker identification: split by speaker or by clip
+        if self.train_fraction < 1.0:
+            raise ValueError(f"train_fraction={self.train_fraction} is for labelled clips: pretraining reads every "
+                             "unlabelled clip (keep 1.0)")
+
+    def read_items(self, path: Path) -> list[dict[str, Any]]:
+        """A folder of audio files or a manifest (labels ignored) -> items with ``speaker`` and ``split``."""
+        if self.source == "synthetic" or not Path(path).is_dir():
+            from seqattn.modalities.audio.manifest import read_manifest
+
+            items = read_manifest(path, self.encoding, require_segments=False)
+        else:
+            from seqattn.modalities.audio.manifest import read_audio_list
+
+            items = [dict(it, raw={}) for it in read_audio_list(path, self.encoding)]
+        for it in items:
+            raw = it.get("raw") or {}
+            speaker = raw.get(self.speaker_column) if self.speaker_column else None
+            it["speaker"] = None if is_missing(speaker) else str(speaker).strip()
+            it["split"] = split_name(raw.get(self.split_column), it["where"]) if self.split_column else None
+            it["label"] = None
+        return items
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        path = self.manifest_path()
+        splits = self._split(self.read_items(path))
+        splits = self.cap({name: self._drop_short(name, items) for name, items in splits.items()})
+        if not splits["train"]:
+            raise ValueError(f"{path}: no training clips")
+        self._labels = []
+        self.speakers = sorted({it["speaker"] for items in splits.values() for it in items if it["speaker"]})
+        for name, items in splits.items():
+            if not items:
+                log.warning("the %s split of %s is empty", name, path)
+            self.datasets[name] = UnlabelledClipDataset(items, self.sample_rate, self.speakers)
+        log.info("unlabelled clips from %s (split %s): %s, %d speakers", path, self.split_method,
+                 {n: len(d) for n, d in self.datasets.items()}, len(self.speakers))
+
+    def spec(self) -> DataSpec:
+        """No labels; the speakers, when known."""
+        return DataSpec(num_outputs=1, labels=None, groups={GROUP: self.speakers} if self.speakers else {})
+
+    def subset_names(self) -> tuple[str, ...]:
+        return ()

@@ -38,7 +38,7 @@ from torch import nn
 
 from seqattn.core.positional import sinusoidal_table
 from seqattn.core.tokens import Tokens
-from seqattn.model.protocols import AdapterBase
+from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
 
 MODES = ("pixels", "patches")
 POSITIONALS_2D = ("sinusoidal2d", "learned2d", "none")
@@ -204,9 +204,11 @@ class ImageAdapter(AdapterBase):
                 out[i, : size[0], : size[1]] = table
         return out.view(b, h * w, self.dim)
 
-    def forward(self, images: torch.Tensor, pixel_mask: torch.Tensor | None = None) -> Tokens:
-        """``images [B, C, H, W]`` (C = in_channels, or 1 = grayscale), ``pixel_mask [B, H, W]`` bool
-        (True = real pixel; None = all real) -> Tokens ``x [B, h·w, D]`` (see the class docstring)."""
+    def _patch_values(self, images: torch.Tensor, pixel_mask: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, int, int]:
+        """Normalised patches: ``images [B, C, H, W]``, ``pixel_mask [B, H, W] | None`` -> ``values [B, L,
+        C·p·p]`` (padding pixels 0), ``mask [B, L] | None`` (a patch is real when any of its pixels is),
+        ``h``, ``w`` (the token grid, ``L = h·w`` row-major)."""
         if images.dim() != 4:
             raise ValueError(f"images must be [B, C, H, W], got shape {tuple(images.shape)}")
         b, c, height, width = images.shape
@@ -245,20 +247,66 @@ class ImageAdapter(AdapterBase):
         h, w = (height + pad_h) // p, (width + pad_w) // p
         # [B, C, h·p, w·p] -> [B, C, h, p, w, p] -> [B, h, w, C, p, p] -> [B, h·w, C·p·p]
         x = x.reshape(b, self.in_channels, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w, -1)
-        x = self.proj(x)  # [B, L, D]
         mask = None
         if pixel_mask is not None:
             # a patch is real when any of its pixels is real
             mask = pixel_mask.reshape(b, h, p, w, p).any(dim=4).any(dim=2).reshape(b, h * w)  # [B, L]
+        return x, mask, h, w
+
+    def _position_rows(self, mask: torch.Tensor | None, h: int, w: int, x: torch.Tensor) -> torch.Tensor | None:
+        """The 2-D position vectors added to the tokens: ``[B, L, D]`` or ``[1, L, D]``, or None."""
+        b = x.shape[0]
         exporting = torch.compiler.is_exporting() or torch.jit.is_tracing()
         if self.positional == "learned2d" and self.interpolate and mask is not None and not exporting:
-            x = x + self._positions_per_image(mask.view(b, h, w), x)  # [B, L, D]: each image its own grid
-        else:
-            pos = self._positions(h, w, x)
-            if pos is not None:
-                x = x + pos.unsqueeze(0)  # [B, L, D] + [1, L, D]
+            return self._positions_per_image(mask.view(b, h, w), x)  # [B, L, D]: each image its own grid
+        pos = self._positions(h, w, x)
+        return None if pos is None else pos.unsqueeze(0)  # [1, L, D]
+
+    def forward(self, images: torch.Tensor, pixel_mask: torch.Tensor | None = None) -> Tokens:
+        """``images [B, C, H, W]`` (C = in_channels, or 1 = grayscale), ``pixel_mask [B, H, W]`` bool
+        (True = real pixel; None = all real) -> Tokens ``x [B, h·w, D]`` (see the class docstring)."""
+        values, mask, h, w = self._patch_values(images, pixel_mask)  # [B, L, C·p·p], [B, L] | None
+        x = self.proj(values)  # [B, L, D]
+        pos = self._position_rows(mask, h, w, x)
+        if pos is not None:
+            x = x + pos  # [B, L, D]
         x = self.drop(x)
         if mask is not None:
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         # the window is described, not materialised: the encoder plans a blocked kernel for it
-        return Tokens(x=x, mask=mask, grid=(h, w), grid_window=self.window, extra={"patch_size": p})
+        return Tokens(x=x, mask=mask, grid=(h, w), grid_window=self.window, extra={"patch_size": self.patch})
+
+    # -- masked-patch pretraining (seqattn.objectives.masked) -------------------------------
+    def token_target_layout(self) -> TargetLayout:
+        """Masked-patch pretraining regresses each hidden patch's pixels: ``("regression", C·p·p)``."""
+        return TargetLayout("regression", self.in_channels * self.patch**2)
+
+    def token_targets(self, batch) -> TokenTargets:
+        """Each patch's pixels as the adapter normalises them (``normalize``: fixed mean/std or per image),
+        from the clean batch: ``values [B, L, C·p·p]`` (the projection's own input; raw pixels up to an
+        affine map, not per-patch normalised: a flat background patch would become its noise), maskable
+        on real patches (``maskable [B, L]``; padding patches never)."""
+        if not isinstance(batch.get("images"), torch.Tensor):
+            raise ValueError(f"{type(self).__name__}.token_targets needs images [B, C, H, W] (and pixel_mask); the "
+                             f"batch has {sorted(batch)}")
+        with torch.no_grad():
+            values, mask, _, _ = self._patch_values(batch["images"], batch.get("pixel_mask"))
+        if mask is None:
+            mask = torch.ones(values.shape[:2], dtype=torch.bool, device=values.device)
+        return TokenTargets("regression", values.float(), mask, self.in_channels * self.patch**2)
+
+    def mask_tokens(self, tokens: Tokens, hide: torch.Tensor, vector: torch.Tensor) -> Tokens:
+        """``tokens`` with each hidden patch's vector replaced by ``vector [D]`` **plus its 2-D position**
+        (the adapter adds positions itself; the encoder adds none), so the model knows where the patch
+        it must restore is. ``hide [B, L]`` bool."""
+        x = tokens.x  # [B, L, D]
+        if hide.shape != x.shape[:2]:
+            raise ValueError(f"hide must be [B, L] = {tuple(x.shape[:2])}, got {tuple(hide.shape)}")
+        if tokens.grid is None:
+            raise ValueError("ImageAdapter.mask_tokens needs the tokens' grid (h, w), as the adapter returns it")
+        h, w = tokens.grid
+        filler = vector.to(x.dtype).expand_as(x)  # [B, L, D]
+        pos = self._position_rows(tokens.mask, h, w, x)
+        if pos is not None:
+            filler = filler + pos
+        return tokens.replace(x=torch.where(hide.unsqueeze(-1), filler, x))

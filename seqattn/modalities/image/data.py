@@ -418,3 +418,61 @@ class ImageDataModule(TaskDataModule):
             raise ValueError(f"no readable images under {source}")
         dataset = ImageDataset([f[0] for f in loaded], [f[1] for f in loaded], None, [it["id"] for it in items])
         return self.predict_batches(dataset, batch_size)
+
+
+class UnlabelledImageDataModule(ImageDataModule):
+    """Unlabelled images, for masked-patch pretraining (``task=image_pretrain``).
+
+    ``source``: ``shapes`` (the built-in shapes, classes unused) | ``folder`` (``path``: every image file
+    under it, searched recursively; sub-folders are allowed and mean nothing) | ``cifar10`` / ``mnist``
+    (labels unused). Split at random (``val_fraction`` / ``test_fraction``, seeded); images brought to
+    ``image_size`` by ``resize`` as for classification (None: the most common size).
+
+    Batches: ``images [B, 3, H, W]``, ``pixel_mask [B, H, W]``, ``ids``; never ``labels``. The spec has
+    no labels (``num_outputs`` 1: the pretraining head is sized by the adapter's patches) and carries
+    ``sizes.image_size``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.source == "csv":
+            raise ValueError(f"data.path={self.path!r} is a file: image pretraining reads a folder of images "
+                             "(data.path=<folder>), searched recursively, without labels")
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        super().setup(stage)
+        for dataset in self.datasets.values():
+            dataset.labels = None  # labels unused
+        self._labels = []
+
+    def _setup_files(self) -> None:
+        files = list_image_files(self.path)
+        root = Path(self.path).expanduser()
+        base = root if root.is_dir() else root.parent
+        items = [{"path": str(p), "where": str(p), "id": str(p.relative_to(base)), "label": None, "split": None}
+                 for p in files]
+        if self.image_size is None:
+            self.image_size = common_size(items)
+            log.info("image_size: %s, the most common size of the %d images (data.image_size to change it)",
+                     self.image_size, len(items))
+        loaded, items, bad = load_images(items, self.image_size, self.resize, self.on_bad_file)
+        self.skipped = bad
+        position = {id(it): k for k, it in enumerate(items)}
+        splits = split(items, self.val_fraction, self.test_fraction, self.seed, where=lambda it: it["where"],
+                       what="images")
+        if not splits["train"]:
+            raise ValueError(f"{self.path}: no training images")
+        self._labels = []
+        for split_name, part in splits.items():
+            part = part[: self._cap(len(part))]
+            if not part:
+                log.warning("the %s split of %s is empty", split_name, self.path)
+            fitted = [loaded[position[id(it)]] for it in part]
+            self.datasets[split_name] = ImageDataset([f[0] for f in fitted], [f[1] for f in fitted], None,
+                                                     [it["id"] for it in part])
+
+    def spec(self) -> DataSpec:
+        """No labels; the training image size (``sizes.image_size = [H, W]``)."""
+        return DataSpec(num_outputs=1, labels=None, sizes={"image_size": list(self.image_size)})

@@ -196,3 +196,51 @@ def test_f_max_above_nyquist_is_clipped_with_a_warning_naming_both(caplog):
         AudioFeatures(8000, features="logmel", f_min=4000)
     with pytest.raises(ValueError, match=r"f_max=-1.0 Hz must be positive"):
         AudioFeatures(8000, features="logmel", f_max=-1)
+
+
+def _two_clips():
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([SR // 2, SR // 4])
+    waveform = 0.1 * torch.randn(2, SR // 2, generator=g) * (torch.arange(SR // 2)[None] < lengths[:, None])
+    return {"waveform": waveform, "lengths": lengths}
+
+
+def test_token_targets_are_the_clean_normalised_log_mel_frames_and_padding_is_never_maskable():
+    batch = _two_clips()
+    adapter = AudioAdapter(16)
+    targets = adapter.token_targets(batch)
+    layout = adapter.token_target_layout()
+    assert (layout.kind, layout.size) == ("regression", 40) and targets.layout == layout
+    frames = adapter.features.frame_lengths(batch["lengths"])  # real frames per clip
+    assert targets.values.shape == (2, int(frames.max()), 40)
+    assert targets.maskable.sum(1).tolist() == frames.tolist()  # padding frames are never maskable
+    assert not targets.maskable[1, int(frames[1]):].any()
+    tokens = adapter(**batch)
+    assert tokens.x.shape[:2] == targets.maskable.shape and torch.equal(tokens.mask, targets.maskable)
+    # the adapter's own features: per clip and bin, zero mean and unit variance over the real frames
+    real = targets.values[0, : int(frames[0])]
+    torch.testing.assert_close(real.mean(0), torch.zeros(40), atol=1e-4, rtol=0)
+    torch.testing.assert_close(real.std(0, unbiased=False), torch.ones(40), atol=1e-3, rtol=0)
+    # a clip's targets are the same bit for bit alone, in a padded batch and under bf16 autocast (evaluation
+    # hides positions chosen by a hash of them: a DDP or bf16 test must hide the same frames)
+    n = int(batch["lengths"][1])
+    alone = adapter.token_targets({"waveform": batch["waveform"][1:, :n], "lengths": batch["lengths"][1:]})
+    assert torch.equal(alone.values[0], targets.values[1, : int(frames[1])])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(adapter.token_targets(batch).values, targets.values)
+
+
+def test_an_augmented_adapter_takes_targets_from_the_clean_clip_and_refuses_moving_augmentations():
+    from seqattn.modalities.audio.augment import AugmentedAudioAdapter
+
+    batch = _two_clips()
+    clean = AudioAdapter(16).token_targets(batch)
+    noisy = AugmentedAudioAdapter(16, noise_p=1.0, snr_db=(0, 0), time_masks=2, freq_masks=2).train()
+    torch.manual_seed(0)
+    seen = noisy(**batch).extra["features"]  # what a training forward reads: noise and SpecAugment
+    assert not torch.allclose(seen, clean.values, atol=0.1)
+    targets = noisy.token_targets(batch)
+    torch.testing.assert_close(targets.values, clean.values, rtol=0, atol=0)  # from the clean clip
+    for moving in ({"crop": 0.8}, {"shift_ms": 50}):
+        with pytest.raises(ValueError, match="moves the frames away from their clean targets"):
+            AugmentedAudioAdapter(16, **moving).token_targets(batch)

@@ -52,16 +52,32 @@ def _speech_files(tmp_path: Path) -> FileSource:
     return [f"data.manifest={tmp_path / 'm.jsonl'}"], "manifest", "synthetic"
 
 
+def _clip_folder(tmp_path: Path) -> FileSource:
+    """A folder of unlabelled WAV clips (one in a sub-folder), for pretraining."""
+    import soundfile as sf
+
+    (tmp_path / "clips" / "more").mkdir(parents=True)
+    for i in range(10):
+        where = tmp_path / "clips" / ("more" if i == 9 else "") / f"c{i}.wav"
+        sf.write(where, np.random.default_rng(i).normal(size=4000 + 400 * i).astype(np.float32) * 0.1, 16000)
+    return [f"data.manifest={tmp_path / 'clips'}", "data.val_fraction=0.2", "data.test_fraction=0.2"], "manifest", \
+        "synthetic"
+
+
+_CLIP_SYNTH = ["data.synth.words=[kasu,tami,puni,shafi]", "data.synth.n_train_speakers=4", "data.synth.n_val_speakers=1",
+               "data.synth.n_test_speakers=2", "data.synth.clips_per_word={train:4,val:2,test:3}", "data.batch_size=16",
+               "model.dim=32", "model.depth=2", "model.heads=2"]
+
 TASKS = {
     "speech": Task(overrides=["task=speech", *_SPEECH_SYNTH], predict_inputs=_speech_inputs, file_source=_speech_files),
     "speech_cls": Task(
-        overrides=["task=speech_cls", "data.synth.words=[kasu,tami,puni,shafi]", "data.synth.n_train_speakers=4",
-                   "data.synth.n_val_speakers=1", "data.synth.n_test_speakers=2",
-                   "data.synth.clips_per_word={train:4,val:2,test:3}", "data.batch_size=16", "model.dim=32",
-                   "model.depth=2", "model.heads=2", "trainer.max_epochs=6"],
+        overrides=["task=speech_cls", *_CLIP_SYNTH, "trainer.max_epochs=6"],
         predict_inputs=_clip_inputs,
         file_source=None,
     ),
+    # masked-frame pretraining: no head to predict with (load / export refuse its checkpoint)
+    "speech_pretrain": Task(overrides=["task=speech_pretrain", *_CLIP_SYNTH, "trainer.max_epochs=4"],
+                            predict_inputs=_clip_inputs, file_source=_clip_folder, predicts=False),
     # rows are decoded sequences; export outputs per-frame logits (decoding stays in Python)
     "speech_ctc": Task(overrides=["task=speech_ctc", *_SPEECH_SYNTH], predict_inputs=_speech_inputs, file_source=None),
 }

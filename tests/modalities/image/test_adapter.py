@@ -257,3 +257,39 @@ def test_per_image_normalisation_is_each_channels_mean_and_population_std():
     want = (torch.tensor([0.0, 0.2, 0.4, 0.6]) - 0.3) / (0.05 + 1e-4) ** 0.5
     torch.testing.assert_close(x[0, :, 0], want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(x[0, :, 1], torch.zeros(4))  # constant: 0, not NaN
+
+
+def test_token_targets_are_the_normalised_patch_pixels_and_padding_patches_are_never_maskable():
+    adapter = ImageAdapter(16, mode="patches", patch_size=2, mean=[0.5] * 3, std=[0.25] * 3)
+    images = torch.rand(2, 3, 6, 6)
+    pixel_mask = torch.ones(2, 6, 6, dtype=torch.bool)
+    pixel_mask[1, 4:, :] = False  # the second image is 4×6: its bottom row of patches is padding
+    images[1, :, 4:, :] = 0.0
+    layout = adapter.token_target_layout()
+    assert (layout.kind, layout.size) == ("regression", 12)
+    targets = adapter.token_targets({"images": images, "pixel_mask": pixel_mask})
+    assert targets.values.shape == (2, 9, 12) and targets.layout == layout
+    # patch (r, c) = 1 * 3 + 2: its 3×2×2 pixels, channel first, as the adapter normalises them
+    patch = (images[0, :, 2:4, 4:6] - 0.5) / 0.25
+    torch.testing.assert_close(targets.values[0, 5], patch.reshape(-1))
+    assert targets.maskable[0].all() and targets.maskable[1].tolist() == [True] * 6 + [False] * 3
+    tokens = adapter(images, pixel_mask)
+    assert torch.equal(tokens.mask, targets.maskable)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal2d", "learned2d"])
+def test_a_hidden_patch_keeps_its_2d_position(positional):
+    adapter = ImageAdapter(16, mode="patches", patch_size=2, positional=positional, image_size=8).eval()
+    images = torch.rand(2, 3, 8, 8)
+    tokens = adapter(images)
+    hide = torch.zeros(2, 16, dtype=torch.bool)
+    hide[0, [1, 6]] = True
+    hide[1, 6] = True
+    vector = torch.randn(16)
+    hidden = adapter.mask_tokens(tokens, hide, vector)
+    positions = adapter._positions(4, 4, tokens.x)  # [16, D]: what forward adds to each patch
+    for b, l in ((0, 1), (0, 6), (1, 6)):
+        torch.testing.assert_close(hidden.x[b, l], vector + positions[l])  # mask vector + its own position
+    assert not torch.allclose(hidden.x[0, 1], hidden.x[0, 6])  # two hidden patches stay distinguishable
+    torch.testing.assert_close(hidden.x[~hide], tokens.x[~hide], rtol=0, atol=0)  # the others untouched
+    assert hidden.grid == tokens.grid
