@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,8 @@ SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 #: the files the new modality adds (relative to the checkout): nothing outside them may change
 ADDED = (f"seqattn/modalities/{NEW}/", f"conf/task/{NEW}.yaml", f"conf/data/{NEW}.yaml", f"conf/adapter/{NEW}.yaml",
-         f"tests/modalities/{NEW}/", f"tasks/{NEW}/")
+         f"conf/task/{NEW}_pretrain.yaml", f"conf/data/{NEW}_pretrain.yaml",
+         f"tests/modalities/{NEW}/", f"tasks/{NEW}/", f"tasks/{NEW}_pretrain/")
 
 CELL_MODULE = f'''"""A structure cell of the {NEW} modality: one encoder layer's attention over image patches."""
 
@@ -74,7 +76,8 @@ def _copy_renamed(src: Path, dst: Path) -> None:
         for old, new in (("seqattn.modalities.image", f"seqattn.modalities.{NEW}"), ("task=image", f"task={NEW}"),
                          ("override /data: image", f"override /data: {NEW}"),
                          ("override /adapter: image", f"override /adapter: {NEW}"),
-                         ("task_name: image", f"task_name: {NEW}"), ('"image": Task(', f'"{NEW}": Task(')):
+                         ("task_name: image", f"task_name: {NEW}"), ('"image": Task(', f'"{NEW}": Task('),
+                         ('"image_pretrain": Task(', f'"{NEW}_pretrain": Task(')):
             text = text.replace(old, new)
         target.write_text(text, encoding="utf-8")
 
@@ -94,8 +97,11 @@ def checkout(tmp_path_factory) -> Path:
     (root / "seqattn" / "modalities" / NEW / "structure_cells.py").write_text(CELL_MODULE)
     for group in ("task", "data", "adapter"):
         _copy_renamed(ROOT / "conf" / group / "image.yaml", root / "conf" / group / f"{NEW}.yaml")
+    for group in ("task", "data"):  # the modality's pretraining task comes with it (its workflow declaration does)
+        _copy_renamed(ROOT / "conf" / group / "image_pretrain.yaml", root / "conf" / group / f"{NEW}_pretrain.yaml")
     _copy_renamed(ROOT / "tests" / "modalities" / "image", root / "tests" / "modalities" / NEW)
     _copy_renamed(ROOT / "tasks" / "image", root / "tasks" / NEW)
+    _copy_renamed(ROOT / "tasks" / "image_pretrain", root / "tasks" / f"{NEW}_pretrain")
     after = _digest(root)
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     assert changed and all(p.startswith(ADDED) for p in changed), [p for p in changed if not p.startswith(ADDED)]
@@ -139,7 +145,9 @@ def probe(checkout, tmp_path_factory) -> dict:
 
 def test_the_new_task_is_benchmarked_and_its_cell_found(probe):
     assert NEW in probe["benched"] and {"image", "molecule", "social", "speech"} <= set(probe["benched"])
-    assert f"from image,molecule,{NEW},social," in probe["recipes_help"].replace(", ", ",")
+    # the tasks it offers (argparse wraps the long list anywhere: read it with the white space taken out)
+    listed = re.search(r"from([a-z_,]+)", "".join(probe["recipes_help"].split())).group(1).strip(",").split(",")
+    assert NEW in listed and listed == sorted(listed) and {"image", "molecule", "social"} <= set(listed)
     assert CELL in probe["cells"] and "graph_bias" in probe["cells"] and CELL in probe["core_help"]
 
 
