@@ -149,19 +149,9 @@ class Objective(L.LightningModule):
                 mean = self.epoch_loss[f"{stage}_loss"]
                 mean.update(loss.detach().float(), weight)
                 self.log(f"{stage}/loss", mean, prog_bar=stage == "val", on_step=False, on_epoch=True)
-        if stage != "train":  # the training metrics: once per epoch, in on_train_epoch_end
-            self.log_dict({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=stage == "val", on_step=False,
-                          on_epoch=True, batch_size=int(out["logits"].shape[0]))
+        self.log_dict({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=stage == "val", on_step=False,
+                      on_epoch=True, batch_size=int(out["logits"].shape[0]))
         return loss
-
-    def on_train_epoch_end(self) -> None:
-        """The epoch's training metrics (``train/<metric>``), logged once: the same values Lightning computed
-        at the epoch's end when they were logged at every step, without the log call per step, which cost
-        more than the metrics' update (~6 ms a call on the shared 2-core CPU: ``python -m seqattn.bench overhead``)."""
-        metrics = self.metrics["train_metrics"]
-        if any(getattr(m, "update_count", 0) for m in metrics.values()):
-            self.log_dict({f"train/{k}": v for k, v in metrics.compute().items()}, on_step=False, on_epoch=True)
-        metrics.reset()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         return self.model_step(batch, "train")

@@ -184,7 +184,6 @@ class CTCRecognition(Objective):
                         "zeroed (zero_infinity)" if self.zero_infinity else "infinite")
 
     def on_train_epoch_end(self) -> None:
-        super().on_train_epoch_end()
         self._warn_infeasible("train")
 
     def on_validation_epoch_end(self) -> None:
