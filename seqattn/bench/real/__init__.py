@@ -39,6 +39,7 @@ CASES: dict[str, str] = {
     "cora": "cora",
     "karate4": "cora",
     "lines": "lines",
+    "lines_pretrain": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
 }
