@@ -35,21 +35,29 @@ def test_case_shortens_only_when_quick_and_both_arms_see_the_same_fraction(tmp_p
     for name in ("train", "dev", "test"):
         (folder / f"{name}.conllu").write_text("")
     runs, calls = [], {}
-    monkeypatch.setattr(pretrain_case, "run_recipe",
-                        lambda overrides, out: runs.append(overrides) or ({"test/loss": 5.0, "test/acc": 0.2}, 1.0))
+
+    def run_recipe(overrides, out):
+        runs.append(overrides)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text('{"test/loss": 5.0, "test/acc": 0.2}')
+        return {"test/loss": 5.0, "test/acc": 0.2}, 1.0
+
+    monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
 
     def compare(ctx, label, overrides, seeds, reference, reference_name):
         calls.update(overrides=overrides, seeds=seeds)
         return [0.8] * seeds, [1.0] * seeds, [0.7] * seeds, [1.0] * seeds
 
     monkeypatch.setattr(pretrain_case, "compare_seeds", compare)
-    result = pretrain_case.case_lines_pretrain(Context(data=tmp_path, work=tmp_path / "w", seeds=None, log=print,
-                                                       quick=quick))
+    ctx = Context(data=tmp_path, work=tmp_path / "w", seeds=None, log=print, quick=quick)
+    result = pretrain_case.case_lines_pretrain(ctx)
+    pretrain_case.case_lines_pretrain(ctx)  # a rerun reuses the finished pretraining with the same command
     (pretrain,) = runs
     assert "task=text_pretrain" in pretrain and f"data.train_path={folder / 'train.conllu'}" in pretrain
     assert f"trainer.max_epochs={1 if quick else pretrain_case.PRETRAIN_EPOCHS}" in pretrain
     tuned = calls["overrides"]
     assert "task=text_tagging" in tuned and "data.train_fraction=0.1" in tuned
+    assert f"data.labels={pretrain_case.UPOS}" in tuned and "SYM" in pretrain_case.UPOS  # a 10 % sample may lack SYM
     assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
     assert ("trainer.max_epochs=2" in tuned) == quick
     assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
