@@ -3,7 +3,7 @@
 :class:`TaskDataModule` owns what every task's data has in common:
 
 - the shared constructor arguments (``batch_size``, ``num_workers``, ``seed``, ``data_dir``,
-  ``val_fraction`` / ``test_fraction``, ``limit``, ``labels``, ``encoding``), checked once;
+  ``val_fraction`` / ``test_fraction``, ``limit``, ``train_fraction``, ``labels``, ``encoding``), checked once;
 - the label set: from the training split unless given (:meth:`set_labels`), with a clear error for
   a label in val/test that training never saw, or a training set with one class only;
 - the loaders over ``self.datasets[split]`` with ``self.collate`` (training shuffled by a generator
@@ -18,6 +18,7 @@ A subclass reads its data in ``setup()`` into ``self.datasets`` and sets ``colla
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -116,6 +117,9 @@ class TaskDataModule(L.LightningDataModule):
         data_dir: cache of built-in / downloaded data (None: ``$SEQATTN_DATA_DIR`` or ``~/.cache/seqattn``).
         val_fraction, test_fraction: split fractions when the data has no split of its own.
         limit: at most this many items per split (quick runs), or None.
+        train_fraction: keep this share of the training split only (val and test untouched), a sample of
+            ``round(train_fraction * n)`` items (at least 1) chosen by ``seed`` and kept in file order:
+            few-label runs (learning curves, fine-tuning from a pretrained checkpoint). 1.0: all.
         labels: the label set in index order; None = the labels of the training split, sorted.
         encoding: text encoding of the user's files (UTF-8 with or without BOM by default).
         bucket_by_length: training batches of similar lengths (:class:`~seqattn.datakit.buckets.LengthBucketSampler`:
@@ -146,8 +150,13 @@ class TaskDataModule(L.LightningDataModule):
         encoding: str = "utf-8",
         bucket_by_length: bool = False,
         bucket_batches: int = 50,
+        train_fraction: float = 1.0,
     ) -> None:
         super().__init__()
+        if isinstance(train_fraction, bool) or not isinstance(train_fraction, (int, float)) \
+                or not 0.0 < float(train_fraction) <= 1.0:
+            raise ValueError(f"train_fraction={train_fraction!r} must be a number in (0, 1] (the share of the "
+                             "training items to keep; 1 = all)")
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -165,6 +174,7 @@ class TaskDataModule(L.LightningDataModule):
         self.data_dir = resolve_data_dir(data_dir)
         self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
         self.limit = limit
+        self.train_fraction = float(train_fraction)
         self.encoding = encoding
         if not isinstance(bucket_batches, int) or bucket_batches < 1:
             raise ValueError(f"bucket_batches must be a positive int, got {bucket_batches!r}")
@@ -231,8 +241,22 @@ class TaskDataModule(L.LightningDataModule):
             log.warning("%s: %s that differ only in case are kept as separate classes (training examples: %s); if "
                         "they mean one class, write them the same way in the data", source, self.label_kind, shown)
 
+    def subsample_train(self, items: list[Any]) -> list[Any]:
+        """``train_fraction``: a seeded sample of the training items, in their order (logged with the counts).
+        Subclasses may override it (e.g. stratified by label); it is applied to the training split only."""
+        if self.train_fraction >= 1.0 or not items:
+            return items
+        n = max(1, round(self.train_fraction * len(items)))
+        keep = sorted(random.Random(self.seed).sample(range(len(items)), n))
+        log.info("train_fraction=%g: using %d of %d training items (seed %d); val and test untouched",
+                 self.train_fraction, n, len(items), self.seed)
+        return [items[i] for i in keep]
+
     def cap(self, splits: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        """``limit``: at most that many items per split (logged)."""
+        """``train_fraction`` (:meth:`subsample_train`, the training split only), then ``limit``: at most that
+        many items per split (logged)."""
+        if "train" in splits and self.train_fraction < 1.0:
+            splits = {**splits, "train": self.subsample_train(list(splits["train"]))}
         if self.limit is None:
             return splits
         out = {}

@@ -7,7 +7,7 @@ recipe's DataModule makes for that seed). It prints one markdown table: dataset,
 mean ± std, reference mean ± std, the ratio, wall times.
 
 The data is the development copy in ``../shared/data`` (``--data``; the suite skips, saying why,
-when it is absent). Cases live one per module of this package (``molecules``, ``cora``, ``lines``,
+when it is absent). Cases live one per module of this package (``molecules``, ``cora``, ``lines``, ``pretrain``,
 ``spoken_words``) and are listed in :data:`CASES`; ``--cases`` picks some, ``--seeds`` overrides the
 number of seeds (the defaults follow the issue: FreeSolv 5, Lipophilicity 3, Cora 10, ...).
 ``--set KEY=VALUE`` (repeatable) adds an override to every recipe run, to measure a variant beside the
@@ -39,6 +39,7 @@ CASES: dict[str, str] = {
     "cora": "cora",
     "karate4": "cora",
     "lines": "lines",
+    "lines_pretrain": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
 }

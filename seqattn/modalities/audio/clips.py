@@ -133,10 +133,9 @@ class ClipDataModule(TaskDataModule):
             raise ValueError("label_column must name the manifest column with each clip's label")
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
-                         encoding=encoding)
+                         encoding=encoding, train_fraction=train_fraction)
         self.source, self.manifest = source, manifest
         self.label_column, self.speaker_column, self.split_column = label_column, speaker_column, split_column
-        self.train_fraction = float(train_fraction)
         self.sample_rate = int(sample_rate)
         self.win = ms_to_samples(win_ms, sample_rate)
         if self.win <= 0:
@@ -184,7 +183,7 @@ class ClipDataModule(TaskDataModule):
                      stratify=(lambda it: it["label"]) if speaker_id else None,
                      where=lambda it: it["where"], what="clips")
 
-    def _subsample_train(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def subsample_train(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.train_fraction >= 1.0 or not items:
             return items
         # stratified: each label keeps its share (test_fraction = 1 - train_fraction)
@@ -209,7 +208,6 @@ class ClipDataModule(TaskDataModule):
             return
         path = self.manifest_path()
         splits = self._split(self.read_items(path))
-        splits["train"] = self._subsample_train(splits["train"])
         splits = self.cap({name: self._drop_short(name, items) for name, items in splits.items()})
         if not splits["train"]:
             raise ValueError(f"{path}: no training clips")

@@ -109,6 +109,7 @@ class _TextDataModule(TaskDataModule):
         encoding: str = "utf-8",
         bucket_by_length: bool = False,
         bucket_batches: int = 50,
+        train_fraction: float = 1.0,
     ) -> None:
         if source is None:
             source = "files" if train_path else "synthetic"
@@ -121,7 +122,8 @@ class _TextDataModule(TaskDataModule):
                              "them; drop data.source (a train_path selects the files source) or the paths")
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, labels=labels,
-                         encoding=encoding, bucket_by_length=bucket_by_length, bucket_batches=bucket_batches)
+                         encoding=encoding, bucket_by_length=bucket_by_length, bucket_batches=bucket_batches,
+                         train_fraction=train_fraction)
         self.source = source
         self.paths = {"train": train_path, "val": val_path, "test": test_path}
         self.format = format
