@@ -225,13 +225,16 @@ def check_lengths(model: L.LightningModule, datamodule: L.LightningDataModule) -
                              "use model.positional=sinusoidal|rotary (any length)")
 
 
-def apply_threads(setting: Any, model: torch.nn.Module, load: LoadProbe | None = None) -> ThreadChoice:
+def apply_threads(setting: Any, model: torch.nn.Module, load: LoadProbe | None = None,
+                  resumed: dict[str, Any] | None = None) -> ThreadChoice:
     """Set torch's intra-op threads from ``cpu_threads`` (:mod:`seqattn.training.threads`) and log the
-    count and why in one INFO line. ``load``: the probe started with the run (other processes' load)."""
+    count and why in one INFO line. ``load``: the probe started with the run (other processes' load);
+    ``resumed``: the choice the resumed run recorded (its ``run_plan.json``), kept under ``auto``."""
     parsed = parse_setting(setting)
     default = torch.get_num_threads() if parsed is None else _TORCH_DEFAULT_THREADS  # null: left as it is
     other = load.other_load if load is not None else None  # measured only when the choice needs it
-    choice = choose_threads(setting, sum(p.numel() for p in model.parameters()), default, os.cpu_count() or 1, other)
+    choice = choose_threads(setting, sum(p.numel() for p in model.parameters()), default, os.cpu_count() or 1, other,
+                            resumed)
     if parsed is not None:
         torch.set_num_threads(choice.threads)
     log.info("%s", choice.describe())
@@ -301,7 +304,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.warning("%s", plan.selection_message)
     model = build_objective(cfg, datamodule, plan)
     check_lengths(model, datamodule)
-    plan = replace(plan, threads=apply_threads(cfg.get("cpu_threads"), model, load).to_dict())
+    resumed_threads = plan.threads if cfg.get("resume") else None  # auto: a resumed run keeps its count
+    plan = replace(plan, threads=apply_threads(cfg.get("cpu_threads"), model, load, resumed_threads).to_dict())
     finetune = apply_finetune(model, finetune_options(cfg))  # init_from / freeze / finetune.pretrained_lr_mult
     distill = apply_distill(model, distill_options(cfg))  # distill.teacher / temperature / alpha
     if is_rank_zero:

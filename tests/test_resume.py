@@ -222,6 +222,30 @@ def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workfl
         assert not [s for s in _strings(state["callbacks"]) if str(original) in s]
 
 
+def test_a_resumed_auto_run_keeps_the_thread_count_it_started_with(tmp_path, workflow_data_dir):
+    """cpu_threads=auto decides from the load at start; a resumed run must not decide again (another count
+    changes the last bits of its sums): it keeps the count in its run_plan.json, and says so."""
+    from seqattn.run import run, train
+
+    before = torch.get_num_threads()
+    run_dir = tmp_path / "run"
+    try:
+        train(compose(["task=social", "model.dim=16", "model.depth=1", "trainer.max_epochs=1", *QUIET], run_dir,
+                      workflow_data_dir))
+        plan_file = run_dir / "run_plan.json"
+        plan = json.loads(plan_file.read_text())
+        assert plan["threads"]["setting"] == "auto" and plan["threads"]["threads"] == 1  # a tiny network: 1
+        plan["threads"]["threads"] = 3  # as if the first part had started on a free 4-core machine
+        plan_file.write_text(json.dumps(plan))
+        run(compose([f"resume={run_dir}", "trainer.max_epochs=2"], tmp_path / "hydra_run", workflow_data_dir))
+        threads = json.loads(plan_file.read_text())["threads"]
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert threads["threads"] == 3 and threads["setting"] == "auto" and "resumed" in threads["reason"]
+    assert json.loads((run_dir / "metrics.json").read_text())["epochs"] == 2
+
+
 def _run(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), HYDRA_FULL_ERROR="1")
     return subprocess.Popen([sys.executable, "-m", "seqattn.run", *args], cwd=cwd, env=env,

@@ -110,7 +110,7 @@ class RunPlan:
         selection: why there is no monitor (None when there is one).
         threads: the intra-op thread count and why (:class:`seqattn.training.threads.ThreadChoice` as a
             dict: ``threads``, ``reason``, ``setting``, ``other_load``); None until ``seqattn.run`` decides it.
-            Decided again by a resumed run (the machine's load is not the plan's).
+            A resumed run under ``cpu_threads=auto`` keeps the recorded count (float sums continue alike).
     """
 
     max_epochs: int | None

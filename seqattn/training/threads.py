@@ -16,6 +16,10 @@ machine shared with other jobs (issue 20), where one thread keeps a fair share.
 - ``N`` (an integer >= 1): exactly N threads (the override);
 - ``null``: torch's default, untouched (what seqattn did before ``auto``).
 
+A resumed run (``resume=RUN_DIR``) under ``auto`` keeps the count its first part chose (read back from its
+``run_plan.json``), whatever the load now: the intra-op thread count can change the last bits of a sum, and
+a resumed run continues the same training.
+
 :func:`choose_threads` is the decision (pure: unit-tested); :class:`LoadProbe` measures the other
 processes' load; ``seqattn.run`` logs the choice in one INFO line and records it in ``run_plan.json``
 (key ``threads``). The count is decided once, at the start of a run: a run's numbers do not depend
@@ -74,7 +78,8 @@ def parse_setting(value: Any) -> int | str | None:
 
 
 def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: int,
-                   other_load: Callable[[], float | None] | float | None) -> ThreadChoice:
+                   other_load: Callable[[], float | None] | float | None,
+                   resumed: dict[str, Any] | None = None) -> ThreadChoice:
     """The intra-op thread count of a run.
 
     Args:
@@ -85,6 +90,8 @@ def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: in
         cpus: logical CPUs of the machine (``other_load`` is out of these).
         other_load: CPU cores other processes kept busy while the run started (None: unknown, taken as 0),
             or a function measuring it (:meth:`LoadProbe.other_load`), called only when the choice needs it.
+        resumed: the choice recorded by the run being resumed (``run_plan.json``'s ``threads``; None for a
+            new run): under ``auto`` its count is kept.
     """
     parsed = parse_setting(setting)
     shown = "null" if parsed is None else str(parsed)
@@ -92,6 +99,10 @@ def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: in
         return ThreadChoice(default_threads, "cpu_threads=null: torch's default", shown)
     if isinstance(parsed, int):
         return ThreadChoice(parsed, f"cpu_threads={parsed} given", shown)
+    earlier = (resumed or {}).get("threads")
+    if isinstance(earlier, int) and not isinstance(earlier, bool) and earlier >= 1:
+        return ThreadChoice(earlier, f"cpu_threads=auto, resumed: the count the run started with, so that its sums "
+                                     "continue alike; cpu_threads=N to choose", shown, resumed.get("other_load"))
     if parameters < SMALL_MODEL_PARAMETERS:
         return ThreadChoice(1, f"cpu_threads=auto: {parameters / 1e3:.1f}k parameters < "
                                f"{SMALL_MODEL_PARAMETERS / 1e3:.0f}k, ops too small to split over threads; "
