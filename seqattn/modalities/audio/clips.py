@@ -203,14 +203,20 @@ class ClipDataModule(TaskDataModule):
         warn_short(short, name, self.win, what="clip")
         return kept
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.datasets:
-            return
+    def _read_splits(self) -> tuple[Path, dict[str, list[dict[str, Any]]]]:
+        """The manifest (or folder) and its clips by split: split, clips shorter than one window dropped
+        (counted), capped by ``limit``; ``ValueError`` naming the file when no training clip is left."""
         path = self.manifest_path()
         splits = self._split(self.read_items(path))
         splits = self.cap({name: self._drop_short(name, items) for name, items in splits.items()})
         if not splits["train"]:
             raise ValueError(f"{path}: no training clips")
+        return path, splits
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        path, splits = self._read_splits()
         try:
             self.set_labels({name: [(it["label"], it["where"]) for it in items] for name, items in splits.items()},
                             source=str(path))
@@ -307,11 +313,7 @@ class UnlabelledClipDataModule(ClipDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        path = self.manifest_path()
-        splits = self._split(self.read_items(path))
-        splits = self.cap({name: self._drop_short(name, items) for name, items in splits.items()})
-        if not splits["train"]:
-            raise ValueError(f"{path}: no training clips")
+        path, splits = self._read_splits()
         self._labels = []
         self.speakers = sorted({it["speaker"] for items in splits.values() for it in items if it["speaker"]})
         for name, items in splits.items():

@@ -375,6 +375,21 @@ class ImageDataModule(TaskDataModule):
         else:
             cols = self.csv_columns
             items = read_image_csv(self.path, cols["path"], cols["label"], cols["split"], self.encoding)
+        splits = self._load_and_split(items, labelled=True)
+        self.set_labels({name: [(it["label"], it["where"]) for it, _ in part] for name, part in splits.items()},
+                        source=str(self.path))
+        index = {name: i for i, name in enumerate(self._labels)}
+        for split_name, part in splits.items():
+            self.datasets[split_name] = ImageDataset([f[0] for _, f in part], [f[1] for _, f in part],
+                                                     [index[it["label"]] for it, _ in part],
+                                                     [it["id"] for it, _ in part])
+
+    def _load_and_split(self, items: list[dict[str, Any]], labelled: bool
+                        ) -> dict[str, list[tuple[dict[str, Any], tuple[Any, Any]]]]:
+        """Read and fit ``items`` (``image_size`` from the data when unset; unreadable files by
+        ``on_bad_file``), split them (by their own ``split`` column and stratified by label when
+        ``labelled``) and cap each split: ``{split: [(item, (pixels [3, H, W], pixel mask [H, W])), ...]}``.
+        ``ValueError`` naming the path when no training image is left."""
         if self.image_size is None:
             self.image_size = common_size(items)
             log.info("image_size: %s, the most common size of the %d images (data.image_size to change it)",
@@ -382,20 +397,19 @@ class ImageDataModule(TaskDataModule):
         loaded, items, bad = load_images(items, self.image_size, self.resize, self.on_bad_file)
         self.skipped = bad
         position = {id(it): k for k, it in enumerate(items)}
-        splits = split(items, self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
-                       stratify=lambda it: it["label"], where=lambda it: it["where"], what="images")
+        splits = split(items, self.val_fraction, self.test_fraction, self.seed,
+                       given=(lambda it: it["split"]) if labelled else None,
+                       stratify=(lambda it: it["label"]) if labelled else None, where=lambda it: it["where"],
+                       what="images")
         if not splits["train"]:
             raise ValueError(f"{self.path}: no training images")
-        self.set_labels({name: [(it["label"], it["where"]) for it in part] for name, part in splits.items()},
-                        source=str(self.path))
-        index = {name: i for i, name in enumerate(self._labels)}
+        out = {}
         for split_name, part in splits.items():
             part = part[: self._cap(len(part))]
             if not part:
                 log.warning("the %s split of %s is empty", split_name, self.path)
-            fitted = [loaded[position[id(it)]] for it in part]
-            self.datasets[split_name] = ImageDataset([f[0] for f in fitted], [f[1] for f in fitted],
-                                                     [index[it["label"]] for it in part], [it["id"] for it in part])
+            out[split_name] = [(it, loaded[position[id(it)]]) for it in part]
+        return out
 
     # -- predict protocol -------------------------------------------------------------------
     def predict_loader(self, source: str | Path, batch_size: int | None = None) -> DataLoader:
@@ -453,25 +467,10 @@ class UnlabelledImageDataModule(ImageDataModule):
         base = root if root.is_dir() else root.parent
         items = [{"path": str(p), "where": str(p), "id": str(p.relative_to(base)), "label": None, "split": None}
                  for p in files]
-        if self.image_size is None:
-            self.image_size = common_size(items)
-            log.info("image_size: %s, the most common size of the %d images (data.image_size to change it)",
-                     self.image_size, len(items))
-        loaded, items, bad = load_images(items, self.image_size, self.resize, self.on_bad_file)
-        self.skipped = bad
-        position = {id(it): k for k, it in enumerate(items)}
-        splits = split(items, self.val_fraction, self.test_fraction, self.seed, where=lambda it: it["where"],
-                       what="images")
-        if not splits["train"]:
-            raise ValueError(f"{self.path}: no training images")
         self._labels = []
-        for split_name, part in splits.items():
-            part = part[: self._cap(len(part))]
-            if not part:
-                log.warning("the %s split of %s is empty", split_name, self.path)
-            fitted = [loaded[position[id(it)]] for it in part]
-            self.datasets[split_name] = ImageDataset([f[0] for f in fitted], [f[1] for f in fitted], None,
-                                                     [it["id"] for it in part])
+        for split_name, part in self._load_and_split(items, labelled=False).items():
+            self.datasets[split_name] = ImageDataset([f[0] for _, f in part], [f[1] for _, f in part], None,
+                                                     [it["id"] for it, _ in part])
 
     def spec(self) -> DataSpec:
         """No labels; the training image size (``sizes.image_size = [H, W]``)."""
