@@ -39,7 +39,7 @@ from seqattn.training.finetune import FinetuneOptions, apply_finetune
 from seqattn.training.options import check_trainer_options
 from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
 from seqattn.training.quiet import quiet_known_noise
-from seqattn.training.resume import (RunFolder, continue_curves, finished_run, keep_previous_metrics,
+from seqattn.training.resume import (RunFolder, atomic_curves, continue_curves, finished_run, keep_previous_metrics,
                                     resumable_train_loader, resume_config)
 from seqattn.training.sweep import record_failure
 from seqattn.training.threads import LoadProbe, ThreadChoice, choose_threads, parse_setting
@@ -256,6 +256,8 @@ def build_trainer(cfg: DictConfig, plan: RunPlan, out_dir: Path, resumed: bool =
     loggers = _instantiate_all(cfg.get("logger"))
     if resumed:  # csv/metrics.csv keeps the rows before the checkpoint, appends the rest
         continue_curves(loggers, cfg.ckpt_path)
+    elif rank_zero_only.rank == 0:  # a kill while a new column rewrites csv/metrics.csv loses no row
+        atomic_curves(loggers)
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
                                      default_root_dir=str(out_dir), enable_model_summary=False,
                                      **{**plan.trainer_arguments(), **arguments})

@@ -160,6 +160,52 @@ def test_a_resumed_csv_logger_keeps_the_rows_before_the_checkpoint_and_appends(t
         continue_curves([CSVLogger(tmp_path, name="csv", version="")], tmp_path / "last.ckpt")
 
 
+def test_a_kill_while_a_new_column_rewrites_the_curves_loses_no_row(tmp_path, monkeypatch, workflow_data_dir):
+    """A metric logged for the first time makes the CSV writer rewrite metrics.csv under the new header; a run
+    killed in that rewrite must still have every row written before it (Lightning's writer truncates first)."""
+    import csv
+
+    from seqattn.training.resume import AtomicCurveWriter
+
+    writer = AtomicCurveWriter(str(tmp_path / "csv"))
+    for step in range(3):
+        writer.log_metrics({"train/loss_step": 0.1 * step, "epoch": 0}, step=step)
+        writer.save()
+    before = (tmp_path / "csv" / "metrics.csv").read_text()
+    writer.log_metrics({"val/loss": 1.5, "epoch": 0}, step=3)  # a new column: the whole file is rewritten
+
+    def killed(self, rows):
+        raise KeyboardInterrupt("killed mid-rewrite")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(csv.DictWriter, "writerows", killed)
+        with pytest.raises(KeyboardInterrupt):
+            writer.save()
+    assert (tmp_path / "csv" / "metrics.csv").read_text() == before  # every row still there
+
+    whole = tmp_path / "whole"  # not killed: the rewrite gives every row under the new header
+    writer = AtomicCurveWriter(str(whole / "csv"))
+    for step in range(3):
+        writer.log_metrics({"train/loss_step": 0.5, "epoch": 0}, step=step)
+        writer.save()
+    writer.log_metrics({"val/loss": 1.5, "epoch": 0}, step=3)
+    writer.save()
+    rows = _curve_rows(whole)
+    assert [r["step"] for r in rows] == ["0", "1", "2", "3"] and rows[-1]["val/loss"] == "1.5"
+    assert all(r["train/loss_step"] == "0.5" for r in rows[:3]) and not list((whole / "csv").glob("*.tmp"))
+
+    # a run's CSV logger writes through it (here: the first validation columns rewrite the file)
+    from seqattn.run import train
+
+    rewrites = []
+    original = AtomicCurveWriter._rewrite_with_new_header
+    monkeypatch.setattr(AtomicCurveWriter, "_rewrite_with_new_header",
+                        lambda self, names: (rewrites.append(names), original(self, names)))
+    train(compose(["task=social", "model.dim=16", "model.depth=1", "trainer.max_epochs=1", "logger=csv", *QUIET],
+                  tmp_path / "run", workflow_data_dir))
+    assert rewrites and (tmp_path / "run" / "csv" / "metrics.csv").is_file()
+
+
 def _curve_rows(run_dir: Path) -> list[dict[str, str]]:
     """The rows of a run's ``csv/metrics.csv``, each with its filled cells only."""
     import csv

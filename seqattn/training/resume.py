@@ -223,7 +223,36 @@ class RunFolder(L.Callback):
                  old, len(moved), self.run_dir)
 
 
-class _ContinuedWriter(ExperimentWriter):
+class AtomicCurveWriter(ExperimentWriter):
+    """Lightning's CSV writer, but a new column never leaves ``metrics.csv`` cut short: Lightning rewrites the
+    whole file in place when a metric appears for the first time (truncate, then write every row), so a
+    run killed during that rewrite loses every row logged so far, which a resumed run cannot get back.
+    This one writes the new file beside it and moves it into place (``os.replace``: the old file or the
+    new one, never half of either). Appending rows is Lightning's (a kill cuts at most the last line,
+    which :class:`_ContinuedWriter` drops on resume)."""
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        path = Path(self.metrics_file_path)
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(rows)
+        tmp.replace(path)
+
+
+def atomic_curves(loggers: Sequence[Any]) -> None:
+    """Give every Lightning ``CSVLogger`` of a new run an :class:`AtomicCurveWriter` (rank 0, before the
+    trainer uses the loggers); a resumed run's get a :class:`_ContinuedWriter` (:func:`continue_curves`)."""
+    for logger in loggers:
+        if isinstance(logger, CSVLogger) and logger._experiment is None:
+            Path(logger.root_dir).mkdir(parents=True, exist_ok=True)
+            logger._experiment = AtomicCurveWriter(logger.log_dir)
+
+
+class _ContinuedWriter(AtomicCurveWriter):
     """The CSV logger's writer, continuing the ``metrics.csv`` already in ``log_dir``: where Lightning's
     deletes the file (with a warning), this one keeps its rows with ``step < before_step`` (rewritten
     atomically, the text of each kept row unchanged) and appends the resumed run's rows after them."""
