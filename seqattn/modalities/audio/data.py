@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -175,7 +175,35 @@ def audio_predict_loader(dm: TaskDataModule, source: str | Path, batch_size: int
     return dm.predict_batches(dataset, batch_size, where=lambda i: items[i]["where"], collate=collate)
 
 
-class SpeechDataModule(TaskDataModule):
+class UtteranceDataModule(TaskDataModule):
+    """What the frame-labelling and the label-sequence DataModules share: utterances from the built-in
+    corpus (``source=synthetic``, generated into ``data_dir``) or a manifest (``self.manifest``), split by
+    speaker (or by the manifest's ``split`` column), utterances shorter than one window dropped. A
+    subclass sets ``source``, ``manifest``, ``synth``, ``sample_rate``, ``win`` and defines ``_drop_short``."""
+
+    def _manifest_path(self) -> Path:
+        if self.source == "synthetic":
+            return generate_speech_corpus(self.data_dir, **self.synth)
+        return Path(self.manifest).expanduser()
+
+    def prepare_data(self) -> None:
+        if self.source == "synthetic":
+            generate_speech_corpus(self.data_dir, **self.synth)
+
+    def _read_splits(self, read: Callable[[Path], list[dict[str, Any]]]
+                     ) -> tuple[Path, dict[str, list[dict[str, Any]]]]:
+        """The manifest and its utterances by split (``read(path)`` -> items; split, short ones dropped by
+        ``_drop_short``, capped by ``limit``); ``ValueError`` naming the file when no training utterance is left."""
+        path = self._manifest_path()
+        splits = split(read(path), self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
+                       group=lambda it: it["speaker"], where=lambda it: it["where"], what="utterances")
+        splits = self.cap({name: self._drop_short(name, items) for name, items in splits.items()})
+        if not splits["train"]:
+            raise ValueError(f"{path}: no training utterances")
+        return path, splits
+
+
+class SpeechDataModule(UtteranceDataModule):
     """Frame-level phone labelling data: the built-in synthetic corpus or a user manifest.
 
     Args (besides :class:`~seqattn.datakit.module.TaskDataModule`'s):
@@ -231,26 +259,11 @@ class SpeechDataModule(TaskDataModule):
         return int(dataset[index]["waveform"].numel())
 
     # -- lifecycle ------------------------------------------------------------------------
-    def _manifest_path(self) -> Path:
-        if self.source == "synthetic":
-            return generate_speech_corpus(self.data_dir, **self.synth)
-        return Path(self.manifest).expanduser()
-
-    def prepare_data(self) -> None:
-        if self.source == "synthetic":
-            generate_speech_corpus(self.data_dir, **self.synth)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        path = self._manifest_path()
-        splits = split(read_manifest(path, self.encoding), self.val_fraction, self.test_fraction, self.seed,
-                       given=lambda it: it["split"], group=lambda it: it["speaker"], where=lambda it: it["where"],
-                       what="utterances")
-        splits = {name: self._drop_short(name, items) for name, items in splits.items()}
-        splits = self.cap(splits)
-        if not splits["train"]:
-            raise ValueError(f"{path}: no training utterances")
+        path, splits = self._read_splits(lambda path: read_manifest(path, self.encoding))
         seen = {name: [(seg[2], it["where"]) for it in items for seg in it["segments"]]
                 for name, items in splits.items()}
         if self.default_label is not None:

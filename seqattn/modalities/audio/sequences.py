@@ -37,12 +37,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from seqattn.datakit.items import Item
-from seqattn.datakit.module import TaskDataModule
 from seqattn.datakit.spec import DataSpec
-from seqattn.datakit.splits import split
 from seqattn.labels import IGNORE_INDEX
-from seqattn.modalities.audio.corpus import PHONES, generate_speech_corpus
-from seqattn.modalities.audio.data import audio_predict_loader, collate_audio, resampled_length, warn_short
+from seqattn.modalities.audio.corpus import PHONES
+from seqattn.modalities.audio.data import (UtteranceDataModule, audio_predict_loader, collate_audio, resampled_length,
+                                         warn_short)
 from seqattn.modalities.audio.features import load_audio, ms_to_samples, num_frames
 from seqattn.modalities.audio.manifest import read_manifest, resolve_source
 
@@ -135,7 +134,7 @@ def collate_sequences(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class SpeechSequenceDataModule(TaskDataModule):
+class SpeechSequenceDataModule(UtteranceDataModule):
     """Audio -> label sequence data: the built-in corpus's phone strings or a user manifest.
 
     Args (besides :class:`~seqattn.datakit.module.TaskDataModule`'s; ``labels`` = the token vocabulary):
@@ -193,28 +192,11 @@ class SpeechSequenceDataModule(TaskDataModule):
         self.has_speakers = False
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def _manifest_path(self) -> Path:
-        if self.source == "synthetic":
-            return generate_speech_corpus(self.data_dir, **self.synth)
-        return Path(self.manifest).expanduser()
-
-    def prepare_data(self) -> None:
-        if self.source == "synthetic":
-            generate_speech_corpus(self.data_dir, **self.synth)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        path = self._manifest_path()
-        items = read_manifest(path, self.encoding, require_segments=False)
-        for it in items:
-            it["sequence"] = item_sequence(it, self.tokens, self.drop_labels, self.transcript_key)
-        splits = split(items, self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
-                       group=lambda it: it["speaker"], where=lambda it: it["where"], what="utterances")
-        splits = {name: self._drop_short(name, its) for name, its in splits.items()}
-        splits = self.cap(splits)
-        if not splits["train"]:
-            raise ValueError(f"{path}: no training utterances")
+        path, splits = self._read_splits(self._read_items)
         seen = {name: [(tok, it["where"]) for it in its for tok in it["sequence"]] for name, its in splits.items()}
         self.set_labels(seen, min_classes=1, source=str(path))
         train_speakers = {it["speaker"] for it in splits["train"] if it["speaker"]}
@@ -233,6 +215,13 @@ class SpeechSequenceDataModule(TaskDataModule):
         lengths = [len(it["sequence"]) for it in splits["train"]]
         log.info("speech sequences from %s: %s utterances, %d tokens %s, train targets %.1f tokens on average",
                  path, sizes, len(self._labels), self._labels[:40], float(np.mean(lengths)))
+
+    def _read_items(self, path: Path) -> list[dict[str, Any]]:
+        """The manifest's utterances, each with its target ``sequence`` (tokens, ``drop_labels`` removed)."""
+        items = read_manifest(path, self.encoding, require_segments=False)
+        for it in items:
+            it["sequence"] = item_sequence(it, self.tokens, self.drop_labels, self.transcript_key)
+        return items
 
     def _drop_short(self, split_name: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Skip (and count) files shorter than one analysis window; count targets longer than the
