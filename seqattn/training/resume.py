@@ -223,6 +223,16 @@ class RunFolder(L.Callback):
                  old, len(moved), self.run_dir)
 
 
+def _write_csv_atomically(path: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
+    """``rows`` under ``header`` into ``path``, written beside it and moved into place (never half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
 class AtomicCurveWriter(ExperimentWriter):
     """Lightning's CSV writer, but a new column never leaves ``metrics.csv`` cut short: Lightning rewrites the
     whole file in place when a metric appears for the first time (truncate, then write every row), so a
@@ -235,12 +245,7 @@ class AtomicCurveWriter(ExperimentWriter):
         path = Path(self.metrics_file_path)
         with open(path, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=fieldnames)
-            writer.writeheader()
-            writer.writerows(rows)
-        tmp.replace(path)
+        _write_csv_atomically(path, fieldnames, rows)
 
 
 def atomic_curves(loggers: Sequence[Any]) -> None:
@@ -284,12 +289,7 @@ class _ContinuedWriter(AtomicCurveWriter):
                 kept.append(row)
             else:
                 later += 1
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=header)
-            writer.writeheader()
-            writer.writerows(kept)
-        tmp.replace(path)
+        _write_csv_atomically(path, header, kept)
         self.metrics_keys = header  # the resumed rows are appended under it (a new column rewrites it)
         log.info("resume: %s continues: kept its %d row(s) logged before step %d; dropped %d logged at or "
                  "after it%s (the resumed run logs those steps again; a finished run's test metrics stay in "
