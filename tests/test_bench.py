@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LENGTHS = (16, 32)
 
 
-def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "seqattn.bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )

@@ -202,7 +202,7 @@ def test_an_onnx_export_and_its_sidecar_alone_label_new_text(task, tiny_run, tmp
     script = tmp_path / "label.py"
     script.write_text(_STANDALONE)
     done = subprocess.run([sys.executable, "-I", str(script), str(out), str(sentences)], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120)
+                          text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     want = seqattn.load(run.best).predict(sentences)
