@@ -7,13 +7,13 @@ import csv
 from pathlib import Path
 
 import pytest
-import torch
 from hydra.utils import instantiate
 
 import seqattn
 from seqattn.run import build_objective, finetune_options, train
 from seqattn.training.checkpoint import read_checkpoint
 from seqattn.training.finetune import apply_finetune
+from tests.pretrain_checks import assert_starts_from_pretraining
 
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "callbacks.early_stopping=null",
          "plot=false"]
@@ -76,28 +76,9 @@ def test_fine_tuning_starts_from_the_pretrained_adapter_and_encoder_with_a_new_h
     same_model = [] if task == "text_tagging" else ["model=text_transformer", "adapter.char_dim=64"]
     cfg = compose([f"task={task}", *SMALL, *same_model, "trainer.max_epochs=1", f"init_from={ckpt}"], tmp_path / "ft",
                   out / "data")
-    model = _objective(cfg)
-    fresh_head = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("net.head.")}
-    with caplog.at_level("INFO", logger="seqattn.training.finetune"):
-        summary = apply_finetune(model, finetune_options(cfg))
-    assert "trained by seqattn.objectives.MaskedModelling" in caplog.text and "the head is new" in caplog.text
+    assert_starts_from_pretraining(_objective(cfg), finetune_options(cfg), caplog,
+                                   must_load=("net.adapter.table.", "net.adapter.chars."))
     assert "net.adapter: 6, net.encoder:" in caplog.text  # the log lists what loaded
-    assert summary["new"] and all(n.startswith(("net.head.", "net.global_token")) for n in summary["new"])
-    source = read_checkpoint(ckpt)
-    pretrained_state, pretrained_vocab = source["state_dict"], source["hyper_parameters"]["spec"]["vocab"]
-    state = model.state_dict()
-    for name, value in state.items():
-        if name.startswith("net.encoder.") or (name.startswith("net.adapter.") and "table" not in name
-                                               and "embedding" not in name):
-            torch.testing.assert_close(value, pretrained_state[name], rtol=0, atol=0, msg=name)
-    words = model.net.adapter.vocab.words  # rows mapped by word, not by position
-    table, old = state["net.adapter.table.weight"], pretrained_state["net.adapter.table.weight"]
-    shared = [(i, pretrained_vocab.index(w)) for i, w in enumerate(words) if w in pretrained_vocab]
-    assert len(shared) > 10
-    for i, j in shared:
-        torch.testing.assert_close(table[i], old[j], rtol=0, atol=0)
-    for name, value in fresh_head.items():  # the head keeps its fresh initialisation
-        torch.testing.assert_close(state[name], value, rtol=0, atol=0)
 
 
 @pytest.mark.slow
