@@ -35,7 +35,7 @@ from seqattn.configs import CONFIG_DIR  # also seqattn.run.CONFIG_DIR for caller
 from seqattn.model.build import locate
 from seqattn.training.callbacks import LastCheckpoint, QuietModelSummary
 from seqattn.training.distill import DistillOptions, apply_distill
-from seqattn.training.finetune import FinetuneOptions, apply_finetune
+from seqattn.training.finetune import FinetuneOptions, apply_finetune, use_checkpoint_vocabulary
 from seqattn.training.options import check_trainer_options
 from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
 from seqattn.training.quiet import quiet_known_noise
@@ -202,7 +202,8 @@ def finetune_options(cfg: DictConfig) -> FinetuneOptions:
     return FinetuneOptions(init_from=None if init_from is None else str(init_from),
                            freeze=tuple(_required(cfg, "freeze") or ()),
                            pretrained_lr_mult=float(_required(cfg, "finetune.pretrained_lr_mult")),
-                           resize_positional=bool(_required(cfg, "finetune.resize_positional")))
+                           resize_positional=bool(_required(cfg, "finetune.resize_positional")),
+                           vocabulary=str(_required(cfg, "finetune.vocabulary")))
 
 
 def distill_options(cfg: DictConfig) -> DistillOptions:
@@ -296,6 +297,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     datamodule = instantiate(cfg.data)
     resumable_train_loader(datamodule)  # mid-epoch checkpoints resume exactly (seqattn.training.resume)
+    use_checkpoint_vocabulary(datamodule, finetune_options(cfg))  # finetune.vocabulary=checkpoint: before setup
     datamodule.prepare_data()
     datamodule.setup("fit")
     # decided once from the data, applied below as arguments; the config stays as composed

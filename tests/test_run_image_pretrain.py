@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from hydra.utils import instantiate
 
 import seqattn
 from seqattn.run import build_objective, finetune_options, train
 from seqattn.training.checkpoint import read_checkpoint
-from seqattn.training.finetune import apply_finetune
+from tests.pretrain_checks import assert_starts_from_pretraining
 
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "callbacks.early_stopping=null",
          "plot=false", "cpu_threads=1"]
@@ -56,20 +55,8 @@ def test_fine_tuning_starts_from_the_pretrained_adapter_and_encoder_with_a_new_h
                   tmp_path / "ft", out / "data")
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
-    model = build_objective(cfg, datamodule)
-    fresh = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("net.head.")}
-    with caplog.at_level("INFO", logger="seqattn.training.finetune"):
-        summary = apply_finetune(model, finetune_options(cfg))
-    assert "trained by seqattn.objectives.MaskedModelling" in caplog.text and "the head is new" in caplog.text
-    assert summary["new"] and all(n.startswith("net.head.") for n in summary["new"])
-    pretrained_state = read_checkpoint(ckpt)["state_dict"]
-    state = model.state_dict()
-    loaded = [k for k in state if k.startswith(("net.adapter.", "net.encoder."))]
-    assert "net.adapter.proj.weight" in loaded and any(k.startswith("net.encoder.") for k in loaded)
-    for name in loaded:  # adapter and encoder: the checkpoint's tensors exactly
-        torch.testing.assert_close(state[name], pretrained_state[name], rtol=0, atol=0, msg=name)
-    for name, value in fresh.items():  # the classifier head keeps its fresh initialisation
-        torch.testing.assert_close(state[name], value, rtol=0, atol=0, msg=name)
+    assert_starts_from_pretraining(build_objective(cfg, datamodule), finetune_options(cfg), caplog,
+                                   must_load=("net.adapter.proj.",))
     assert 0.0 <= train(cfg)["test/acc"] <= 1.0  # and it trains
 
 

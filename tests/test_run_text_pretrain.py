@@ -11,9 +11,11 @@ import torch
 from hydra.utils import instantiate
 
 import seqattn
+from seqattn.modalities.text.vocab import UNK_INDEX
 from seqattn.run import build_objective, finetune_options, train
 from seqattn.training.checkpoint import read_checkpoint
-from seqattn.training.finetune import apply_finetune
+from seqattn.training.finetune import apply_finetune, use_checkpoint_vocabulary
+from tests.pretrain_checks import assert_starts_from_pretraining
 
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "callbacks.early_stopping=null",
          "plot=false"]
@@ -76,28 +78,9 @@ def test_fine_tuning_starts_from_the_pretrained_adapter_and_encoder_with_a_new_h
     same_model = [] if task == "text_tagging" else ["model=text_transformer", "adapter.char_dim=64"]
     cfg = compose([f"task={task}", *SMALL, *same_model, "trainer.max_epochs=1", f"init_from={ckpt}"], tmp_path / "ft",
                   out / "data")
-    model = _objective(cfg)
-    fresh_head = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("net.head.")}
-    with caplog.at_level("INFO", logger="seqattn.training.finetune"):
-        summary = apply_finetune(model, finetune_options(cfg))
-    assert "trained by seqattn.objectives.MaskedModelling" in caplog.text and "the head is new" in caplog.text
+    assert_starts_from_pretraining(_objective(cfg), finetune_options(cfg), caplog,
+                                   must_load=("net.adapter.table.", "net.adapter.chars."))
     assert "net.adapter: 6, net.encoder:" in caplog.text  # the log lists what loaded
-    assert summary["new"] and all(n.startswith(("net.head.", "net.global_token")) for n in summary["new"])
-    source = read_checkpoint(ckpt)
-    pretrained_state, pretrained_vocab = source["state_dict"], source["hyper_parameters"]["spec"]["vocab"]
-    state = model.state_dict()
-    for name, value in state.items():
-        if name.startswith("net.encoder.") or (name.startswith("net.adapter.") and "table" not in name
-                                               and "embedding" not in name):
-            torch.testing.assert_close(value, pretrained_state[name], rtol=0, atol=0, msg=name)
-    words = model.net.adapter.vocab.words  # rows mapped by word, not by position
-    table, old = state["net.adapter.table.weight"], pretrained_state["net.adapter.table.weight"]
-    shared = [(i, pretrained_vocab.index(w)) for i, w in enumerate(words) if w in pretrained_vocab]
-    assert len(shared) > 10
-    for i, j in shared:
-        torch.testing.assert_close(table[i], old[j], rtol=0, atol=0)
-    for name, value in fresh_head.items():  # the head keeps its fresh initialisation
-        torch.testing.assert_close(state[name], value, rtol=0, atol=0)
 
 
 @pytest.mark.slow
@@ -129,3 +112,74 @@ def test_unlabelled_files_are_read_as_sentences(compose_cfg, tmp_path):
         assert set(batch) == {"words", "ids"}  # no labels
         assert any(it["tokens"] == words for split in data.datasets.values() for it in split)
         assert data.spec().labels is None and data.spec().num_outputs == len(data.vocab)
+
+
+def _fine_tune_data(cfg):
+    """The data of ``cfg`` as ``seqattn.run`` prepares it: ``finetune.vocabulary`` applied before setup."""
+    datamodule = instantiate(cfg.data)
+    use_checkpoint_vocabulary(datamodule, finetune_options(cfg))
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return datamodule
+
+
+@pytest.mark.slow
+def test_the_checkpoint_vocabulary_keeps_words_seen_only_in_pretraining(pretrained, tmp_path, caplog):
+    from tests.workflows import compose
+
+    metrics, out = pretrained
+    ckpt = metrics["best_checkpoint"]
+    source = read_checkpoint(ckpt)
+    old_vocab, old_table = source["hyper_parameters"]["spec"]["vocab"], source["state_dict"]["net.adapter.table.weight"]
+    few = ["task=text_tagging", *SMALL, "data.train_fraction=0.05", "trainer.max_epochs=1", f"init_from={ckpt}"]
+    own = _fine_tune_data(compose(few, tmp_path / "own", out / "data"))
+    cfg = compose([*few, "finetune.vocabulary=checkpoint"], tmp_path / "ft", out / "data")
+    data = _fine_tune_data(cfg)
+    seen = {w.lower() for it in data.datasets["train"] for w in it["tokens"]}
+    only_pretrained = [w for w in old_vocab[2:] if w not in seen]
+    assert only_pretrained and all(w not in own.vocab for w in only_pretrained)  # the data's own: <unk>
+    assert data.vocab.to_list() == list(old_vocab) and data.chars == list(source["hyper_parameters"]["spec"]["chars"])
+    model = build_objective(cfg, data)
+    with caplog.at_level("INFO", logger="seqattn.training.finetune"):
+        apply_finetune(model, finetune_options(cfg))
+    assert f"embedding: {len(old_vocab)} of {len(old_vocab)} words from the checkpoint, 0 new" in caplog.text
+    adapter, table = model.net.adapter, model.state_dict()["net.adapter.table.weight"]
+    for word in only_pretrained:  # its index and its pretrained row, not <unk>'s
+        index = old_vocab.index(word)
+        assert adapter.vocab.encode([word]) == [index] and index != UNK_INDEX
+        torch.testing.assert_close(table[index], old_table[index], rtol=0, atol=0, msg=word)
+    tuned = train(cfg)  # seqattn.run applies it too: the fine-tuned checkpoint keeps the pretraining's words
+    assert read_checkpoint(tuned["best_checkpoint"])["hyper_parameters"]["spec"]["vocab"] == list(old_vocab)
+    assert tuned["finetune"]["vocabulary"] == "checkpoint"
+
+
+def test_the_vocabulary_option_names_a_bad_value_and_what_it_lacks(compose_cfg, tmp_path):
+    with pytest.raises(ValueError, match=r"finetune.vocabulary='chekpoint' is not one of \('data', 'checkpoint'\)"):
+        finetune_options(compose_cfg(["task=text_tagging", "finetune.vocabulary=chekpoint"]))
+    cfg = compose_cfg(["task=text_tagging", "finetune.vocabulary=checkpoint"])
+    with pytest.raises(ValueError, match="finetune.vocabulary='checkpoint' .* init_from is not set"):
+        use_checkpoint_vocabulary(instantiate(cfg.data), finetune_options(cfg))
+    net, config = {"encoder": {"dim": 8}}, {"data": {"lowercase": True}}
+    with_words, without = tmp_path / "words.ckpt", tmp_path / "none.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"net": net, "spec": {"num_outputs": 3, "vocab": [
+        "<pad>", "<unk>", "only"], "chars": None}}, "seqattn_config": config}, with_words)
+    torch.save({"state_dict": {}, "hyper_parameters": {"net": net, "spec": {"num_outputs": 3, "vocab": None}},
+                "seqattn_config": config}, without)
+    cfg = compose_cfg(["task=text_tagging", "finetune.vocabulary=checkpoint", f"init_from={without}"])
+    with pytest.raises(ValueError, match=f"the checkpoint {without} has no vocabulary"):
+        use_checkpoint_vocabulary(instantiate(cfg.data), finetune_options(cfg))
+    cfg = compose_cfg(["task=image", "finetune.vocabulary=checkpoint", f"init_from={with_words}"])
+    with pytest.raises(ValueError, match=r"this run's data \(\w+\) builds no vocabulary"):
+        use_checkpoint_vocabulary(instantiate(cfg.data), finetune_options(cfg))
+    cfg = compose_cfg(["task=text_tagging", "finetune.vocabulary=checkpoint", f"init_from={with_words}",
+                       "data.lowercase=false"])
+    with pytest.raises(ValueError, match="built with data.lowercase=True, this data has data.lowercase=False"):
+        use_checkpoint_vocabulary(instantiate(cfg.data), finetune_options(cfg))
+    cfg = compose_cfg(["task=text_tagging", "finetune.vocabulary=checkpoint", f"init_from={with_words}",
+                       "data.synth.n_train=30", "data.synth.n_val=5", "data.synth.n_test=5"])
+    data = instantiate(cfg.data)
+    assert use_checkpoint_vocabulary(data, finetune_options(cfg)) == {"words": 3, "chars": None}
+    data.setup("fit")
+    assert data.vocab.to_list() == ["<pad>", "<unk>", "only"] and len(data.chars) > 10  # chars: from the data
+    with pytest.raises(ValueError, match="must come before setup"):
+        data.use_vocabulary(["<pad>", "<unk>"])

@@ -22,6 +22,12 @@ What is loaded (``python -m seqattn.run task=... init_from=run/checkpoints/best.
 
 Then ``freeze=[adapter, encoder]`` stops training those parts and ``finetune.pretrained_lr_mult``
 scales the learning rate of the loaded tensors (``Objective.lr_multipliers``).
+
+``finetune.vocabulary=checkpoint`` (default ``data``) makes the run's data use the checkpoint's
+vocabulary (its spec's ``vocab`` and ``chars``) instead of building one from its own training split
+(:func:`use_checkpoint_vocabulary`, before the data's ``setup()``): after pretraining on many unlabelled
+sentences, a fine-tune on a few labelled ones then keeps every pretrained word (its index and its row)
+instead of reading the words its labelled sentences lack as ``<unk>``.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ log = logging.getLogger("seqattn.training.finetune")
 NET = "net."
 TASK_SPECIFIC = ("net.head.", "net.global_token")  # re-initialised when the label set differs
 FREEZABLE = ("adapter", "encoder", "head", "global_token")
+VOCABULARIES = ("data", "checkpoint")  # finetune.vocabulary: built from this run's training split | init_from's
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,12 @@ class FinetuneOptions:
     freeze: tuple[str, ...]  # parts left untrained, among FREEZABLE
     pretrained_lr_mult: float  # learning rate of the loaded tensors = optimizer.lr * this (> 0)
     resize_positional: bool  # interpolate a learned positional table to the new model.max_len
+    vocabulary: str = "data"  # among VOCABULARIES: the data's own vocabulary, or init_from's checkpoint's
+
+    def __post_init__(self) -> None:
+        if self.vocabulary not in VOCABULARIES:
+            raise ValueError(f"finetune.vocabulary={self.vocabulary!r} is not one of {VOCABULARIES} (data: built "
+                             "from this run's training split; checkpoint: the init_from checkpoint's)")
 
 
 def _task_specific(name: str) -> bool:
@@ -268,6 +281,41 @@ def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_t
     return report
 
 
+def use_checkpoint_vocabulary(datamodule: Any, options: FinetuneOptions) -> dict[str, Any] | None:
+    """``finetune.vocabulary=checkpoint``: give ``datamodule`` (not yet set up) the ``init_from``
+    checkpoint's vocabulary through its ``use_vocabulary(vocab, chars, lowercase, where)`` hook, so that
+    its ``setup()`` uses it instead of building one from the training split. Does nothing for
+    ``finetune.vocabulary=data``.
+
+    Returns:
+        ``{"words": V, "chars": C or None}`` of the vocabulary given, or None.
+
+    Raises:
+        ValueError: no ``init_from``; the checkpoint's spec has no vocabulary (``vocab``); the data has
+            no ``use_vocabulary`` hook (it builds no vocabulary). Each names the checkpoint or the data.
+    """
+    if options.vocabulary == "data":
+        return None
+    if not options.init_from:
+        raise ValueError(f"finetune.vocabulary={options.vocabulary!r} takes the vocabulary of the init_from checkpoint, "
+                         "but init_from is not set; give init_from=<checkpoint> or use finetune.vocabulary=data")
+    checkpoint = read_checkpoint(options.init_from)
+    spec = checkpoint["hyper_parameters"].get("spec") or {}
+    spec = spec if isinstance(spec, Mapping) else spec.to_dict()
+    if not spec.get("vocab"):
+        raise ValueError(f"finetune.vocabulary=checkpoint: the checkpoint {options.init_from} has no vocabulary "
+                         "(hyper_parameters.spec.vocab is empty: its data built none); use finetune.vocabulary=data")
+    hook = getattr(datamodule, "use_vocabulary", None)
+    if hook is None:
+        raise ValueError(f"finetune.vocabulary=checkpoint: this run's data ({type(datamodule).__name__}) builds no "
+                         "vocabulary to replace; use finetune.vocabulary=data")
+    data_config = (checkpoint.get("seqattn_config") or {}).get("data") or {}
+    chars = spec.get("chars")
+    hook(list(spec["vocab"]), None if chars is None else list(chars), data_config.get("lowercase"),
+         where=str(options.init_from))
+    return {"words": len(spec["vocab"]), "chars": None if chars is None else len(chars)}
+
+
 def _summary(names: Sequence[str]) -> str:
     """``net.encoder.layers.0.attn.q_proj.weight`` ... -> ``net.encoder: 24, net.adapter: 2``."""
     counts: dict[str, int] = {}
@@ -306,7 +354,7 @@ def apply_finetune(model: nn.Module, options: FinetuneOptions) -> dict[str, Any]
         if mult != 1.0:
             model.lr_multipliers = {name: mult for name in report["loaded"]}
         summary.update(init_from=str(options.init_from), loaded=len(report["loaded"]), new=report["new"],
-                       resized=report["resized"], pretrained_lr_mult=mult)
+                       resized=report["resized"], pretrained_lr_mult=mult, vocabulary=options.vocabulary)
         if report["vocab"]:
             summary["vocab"] = report["vocab"]  # per table: from_checkpoint, total, new, unused
     if options.freeze:

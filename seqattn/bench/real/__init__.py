@@ -40,6 +40,7 @@ CASES: dict[str, str] = {
     "karate4": "cora",
     "lines": "lines",
     "lines_pretrain": "pretrain",
+    "fsdd_pretrain": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
 }

@@ -134,7 +134,32 @@ class _TextDataModule(TaskDataModule):
         self.synth = dict(synth or {})
         self.vocab: Vocabulary | None = None
         self.chars: list[str] | None = None  # the training split's characters (case kept)
+        self._given: dict[str, Any] | None = None  # use_vocabulary's (finetune.vocabulary=checkpoint)
         self._longest: dict[str, tuple[int, str]] = {}
+
+    def use_vocabulary(self, vocab: Sequence[str], chars: Sequence[str] | None = None, lowercase: bool | None = None,
+                       where: str = "the checkpoint") -> None:
+        """Use these words (and characters) instead of building them from the training split in
+        ``setup()`` (``finetune.vocabulary=checkpoint``: the ``init_from`` checkpoint's spec). Indices are
+        kept: word ``i`` of ``vocab`` is index ``i``; ``data.min_freq`` / ``data.max_size`` no longer apply.
+
+        Args:
+            vocab: ``<pad>``, ``<unk>``, words (a :class:`Vocabulary` list).
+            chars: the character table (spec ``chars``); None = built from the training split.
+            lowercase: whether ``vocab`` was built lowercased (the checkpoint run's ``data.lowercase``;
+                None = unknown, not checked).
+            where: the vocabulary's origin, for messages.
+
+        Raises:
+            ValueError: called after ``setup()``, a malformed list, or ``lowercase`` other than this
+                data's ``data.lowercase`` (naming both).
+        """
+        if self.datasets:
+            raise ValueError("use_vocabulary() must come before setup(): the vocabulary is fixed there")
+        if lowercase is not None and bool(lowercase) != self.lowercase:
+            raise ValueError(f"the vocabulary of {where} was built with data.lowercase={bool(lowercase)}, this data has "
+                             f"data.lowercase={self.lowercase}; set data.lowercase={bool(lowercase)} to use it")
+        self._given = {"vocab": Vocabulary(vocab), "chars": None if chars is None else list(chars), "where": where}
 
     def item_length(self, dataset, index: int) -> int:
         """Tokens of sentence ``index`` (for ``bucket_by_length``)."""
@@ -190,9 +215,20 @@ class _TextDataModule(TaskDataModule):
             raise ValueError(f"no training sentences in {self._train_source()}")
         self.set_labels({name: [(t, it["where"]) for it in items for t in self.targets_of(it) if t != UNLABELED]
                          for name, items in splits.items()}, source=f"{self.source} data {self.paths['train'] or ''}")
-        self.vocab = Vocabulary.build((it["tokens"] for it in splits["train"]), self.min_freq, self.max_size,
-                                      self.lowercase)
-        self.chars = build_char_vocabulary(w for it in splits["train"] for w in it["tokens"])
+        if self._given is None:
+            self.vocab = Vocabulary.build((it["tokens"] for it in splits["train"]), self.min_freq, self.max_size,
+                                          self.lowercase)
+        else:
+            self.vocab = self._given["vocab"]
+            words = {normalize(w, self.lowercase) for it in splits["train"] for w in it["tokens"]}
+            log.info("vocabulary: the %d words of %s (finetune.vocabulary=checkpoint; data.min_freq / max_size not "
+                     "applied): %d of the training split's %d distinct words are in it, %d more words are known only "
+                     "from it", len(self.vocab), self._given["where"], sum(w in self.vocab for w in words), len(words),
+                     len(self.vocab) - 2 - sum(w in self.vocab for w in words))
+        if self._given is None or self._given["chars"] is None:
+            self.chars = build_char_vocabulary(w for it in splits["train"] for w in it["tokens"])
+        else:
+            self.chars = list(self._given["chars"])
         self.prepare_items(splits)
         self._longest = {name: max(((len(it["tokens"]), it["where"]) for it in items), default=(0, ""))
                          for name, items in splits.items() if items}
