@@ -36,6 +36,7 @@ from seqattn.core.plan import PlanOptions, Structure, plan_attention, plan_layer
 from seqattn.core.positional import (
     POSITIONALS,
     LearnedPositional,
+    RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositional,
     build_positional,
@@ -60,6 +61,7 @@ __all__ = [
     "FeedForward",
     "LearnedPositional",
     "MultiHeadAttention",
+    "RelativePositionBias",
     "RotaryEmbedding",
     "SinusoidalPositional",
     "Tokens",

@@ -44,6 +44,8 @@ class MultiHeadAttention(nn.Module):
         kernel: default kernel, ``sdpa`` | ``math`` | ``linear`` | ``edge``.
         edge_dim: width C of the per-pair features ``edge_attr`` projected into key and value offsets
             (``edge_k_proj``, ``edge_v_proj``, no bias); 0 = none.
+        scale: the score scale (``None`` = ``1/√k``, the default; ``1.0`` = un-scaled, sharper
+            attention as in TENER 2019).
     """
 
     def __init__(
@@ -56,8 +58,12 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         kernel: str = "sdpa",
         edge_dim: int = 0,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
+        if scale is not None and not float(scale) > 0:
+            raise ValueError(f"scale must be > 0 or None (1/sqrt(head width)), got {scale!r}")
+        self.scale = None if scale is None else float(scale)
         dim_k = dim if dim_k is None else dim_k
         dim_v = dim if dim_v is None else dim_v
         if dim <= 0 or heads <= 0:
@@ -124,6 +130,7 @@ class MultiHeadAttention(nn.Module):
         edge_attr: torch.Tensor | None = None,
         plan: AttentionPlan | None = None,
         attention_items: Sequence[int] | None = None,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend.
 
@@ -148,6 +155,8 @@ class MultiHeadAttention(nn.Module):
                 :meth:`AttentionPlan.attend`.
             attention_items: with ``plan`` and ``need_weights``: the batch items whose weights are
                 returned (default all).
+            bias: a float score bias broadcastable to ``[B, H, L, S]`` (e.g. a relative position bias),
+                added to the scores (see :meth:`AttentionPlan.attend`).
 
         Returns:
             ``[B, L, D]``, or ``(out [B, L, D], weights [B, H, L, S])`` when ``need_weights``.
@@ -170,7 +179,7 @@ class MultiHeadAttention(nn.Module):
                              f"have L={length}, S={src_len}")
         if plan.varlen is not None and plan.varlen.tokens is not None and context is None:
             # spread lengths: project the real tokens only (padded rows: zeros)
-            return self._packed(x, plan.varlen.tokens, plan, rotary, need_weights, attention_items)
+            return self._packed(x, plan.varlen.tokens, plan, rotary, need_weights, attention_items, bias)
         if context is None:
             q, k, v = self._project_self(x)  # [B, L, K], [B, L, K], [B, L, V]
         else:
@@ -179,14 +188,14 @@ class MultiHeadAttention(nn.Module):
         if rotary is not None:
             q, k = rotary(q, k)
         edge_key, edge_value = self._edge_offsets(plan, b, length, src_len)
-        out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, None, need_weights,
-                                   attention_items, edge_key, edge_value)
+        out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, self.scale, need_weights,
+                                   attention_items, edge_key, edge_value, bias)
         out = out.transpose(1, 2).reshape(b, length, self.dim_v)  # [B, H, L, V/H] -> [B, L, V]
         out = self.out_proj(out)  # [B, L, D]
         return (out, weights) if need_weights else out
 
     def _packed(self, x: torch.Tensor, tokens: torch.Tensor, plan: AttentionPlan, rotary: nn.Module | None,
-                need_weights: bool, attention_items: Sequence[int] | None):
+                need_weights: bool, attention_items: Sequence[int] | None, bias: torch.Tensor | None = None):
         """The varlen plan's layer with the projections on the ``N`` real tokens ``tokens [N]``
         (flattened ``b·L + l``) only: ``x [B, L, D]`` -> ``[B, L, D]``, equal to the padded layer
         (padded rows: the output projection's bias, as ``out_proj`` of their zeroed attention)."""
@@ -196,7 +205,8 @@ class MultiHeadAttention(nn.Module):
         q, k, v = (self._split_heads(t) for t in qkv.split([self.dim_k, self.dim_k, self.dim_v], dim=-1))
         if rotary is not None:
             q, k = rotary(q, k)
-        out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, None, need_weights, attention_items)
+        out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, self.scale, need_weights,
+                                   attention_items, bias=bias)
         out = out.transpose(1, 2).reshape(b * length, self.dim_v).index_select(0, tokens)  # [N, V]
         out = F.linear(out, self.out_proj.weight)  # [N, D]
         out = out.new_zeros(b * length, self.dim).index_copy(0, tokens, out).view(b, length, self.dim)

@@ -129,7 +129,8 @@ class AttentionPlan:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
                scale: float | None = None, need_weights: bool = False, items: Sequence[int] | None = None,
                edge_key: torch.Tensor | None = None,
-               edge_value: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+               edge_value: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``q [B, H, L, D]``, ``k [B, H, S, D]``, ``v [B, H, S, E]`` -> ``(out [B, H, L, E], weights | None)``.
 
         ``need_weights``: also the exact weights ``[B', H, L, S]`` (no gradient) of this layer, for
@@ -137,11 +138,23 @@ class AttentionPlan:
         recomputation, never by running the layer on the math path.
         ``edge_key`` / ``edge_value``: the key / value offsets of :attr:`edge_attr` (``[E, H, .]`` on
         the ``edge`` path, ``[B, H, L, S, .]`` on the ``math`` path).
+        ``bias``: a float additive score bias broadcastable to ``[B, H, L, S]`` (a learned relative
+        position bias, :class:`~seqattn.core.positional.RelativePositionBias`), added to this plan's
+        :meth:`reference_mask`; every path but ``edge``, ``linear``, ``biased`` and ``flex`` then runs
+        the fused kernel with that one dense float mask (its gradient reaches ``bias``).
         """
         if (edge_key is not None or edge_value is not None) and self.path not in ("math", "edge"):
             raise ValueError(f"per-pair key / value offsets need the 'math' or 'edge' path, not {self.path!r}")
-        out, weights, lse = KERNEL_OF_PATH[self.path](self, q, k, v, dropout_p, scale, need_weights, edge_key,
-                                                      edge_value)
+        if bias is not None:
+            if self.path in ("edge", "linear", "biased", "flex") or edge_key is not None or edge_value is not None:
+                raise ValueError(f"an additive attention bias needs a dense path (none, dense, math, causal, band, "
+                                 f"varlen) without edge features, not {self.path!r}")
+            if bias.dim() != 4 or bias.shape[-2:] != (q.shape[-2], k.shape[-2]):
+                raise ValueError(f"bias must be [B|1, H|1, L={q.shape[-2]}, S={k.shape[-2]}], got {tuple(bias.shape)}")
+            out, weights, lse = self._dense_biased(q, k, v, dropout_p, scale, need_weights, bias)
+        else:
+            out, weights, lse = KERNEL_OF_PATH[self.path](self, q, k, v, dropout_p, scale, need_weights, edge_key,
+                                                          edge_value)
         if self.dead is not None:
             out = out.masked_fill(self.dead, 0.0)
         if not need_weights:
@@ -155,6 +168,17 @@ class AttentionPlan:
             dead = self.dead if (sel is None or self.dead.shape[0] == 1) else self.dead.index_select(0, sel)
             weights = weights.masked_fill(dead, 0.0)
         return out, weights
+
+    def _dense_biased(self, q, k, v, dropout_p, scale, need_weights, bias):
+        """Any dense structure plus a float ``bias``: one ``[B|1, H, L, S]`` float mask (the reference mask's
+        ``-inf`` kept, dead rows revived; :meth:`attend` zeroes them), the fused kernel or (weights) math."""
+        ref = self.reference_mask()
+        mask = combine_masks(None if ref is None else ref.to(q.device), bias.to(q.dtype))
+        mask = revive_dead_rows(mask, dead_rows(mask))  # no host sync; dead rows are zeroed by attend
+        if need_weights or self.path == "math":
+            out, weights = math_attention(q, k, v, mask, dropout_p, scale)
+            return out, (weights.detach() if need_weights else None), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale), None, None
 
     def _differentiable_mask(self) -> torch.Tensor:
         dense = edges_to_dense(self.edge_index, self.edge_bias, self.batch, self.length, self.heads,

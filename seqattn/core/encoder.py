@@ -20,7 +20,7 @@ from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
 from seqattn.core.graph_cost import DENSE_MIN_FILL
 from seqattn.core.plan import PlanOptions, Structure, plan_structure
-from seqattn.core.positional import build_positional
+from seqattn.core.positional import RelativePositionBias, build_positional
 from seqattn.core.propagation import ppr_propagate
 from seqattn.core.tokens import Tokens
 
@@ -53,11 +53,12 @@ class EncoderLayer(nn.Module):
         dim_k: int | None = None,
         dim_v: int | None = None,
         edge_dim: int = 0,
+        attn_scale: float | None = None,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel,
-                                       edge_dim=edge_dim)
+                                       edge_dim=edge_dim, scale=attn_scale)
         self.ff = FeedForward(dim, ff_mult, dropout, activation)
         self.norm1 = nn.LayerNorm(dim)
         self.norm2 = nn.LayerNorm(dim)
@@ -122,6 +123,12 @@ class Encoder(nn.Module):
             graph structure (``Tokens.edge_index``); a batch without it raises ``ValueError``. 0 = none.
         propagation_alpha: the teleport probability of ``output_propagation`` (the share of a token's own
             vector kept at every step), in ``[0, 1]``.
+        relative_bias: ``M > 0``: a learned, direction-aware relative position bias
+            (:class:`~seqattn.core.positional.RelativePositionBias`: one score per head and signed offset
+            ``j - i`` clipped to ``±M``, shared by all layers) added to every layer's scores, besides
+            ``positional``; 0 = none. The attention then runs with one dense float mask.
+        attn_scale: the score scale of every layer (``None`` = ``1/√(head width)``; ``1.0`` = un-scaled,
+            the sharper attention of TENER 2019).
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -151,6 +158,8 @@ class Encoder(nn.Module):
         attention_path: str | None = None,
         output_propagation: int = 0,
         propagation_alpha: float = 0.1,
+        relative_bias: int = 0,
+        attn_scale: float | None = None,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -175,6 +184,12 @@ class Encoder(nn.Module):
         head_dim = (dim if dim_k is None else dim_k) // heads
         self.positional_name = positional
         self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
+        if isinstance(relative_bias, bool) or not isinstance(relative_bias, int) or relative_bias < 0:
+            raise ValueError(f"relative_bias must be an int >= 0 (the largest offset with its own bias; 0 = none), "
+                             f"got {relative_bias!r}")
+        if relative_bias and kernel in ("linear", "edge"):
+            raise ValueError(f"relative_bias needs a dense kernel (sdpa or math), got kernel={kernel!r}")
+        self.relative_bias = RelativePositionBias(heads, relative_bias) if relative_bias else None
         # the longest sequence the encoder accepts (a learned positional table has a fixed size), or None
         self.max_length: int | None = int(max_len) if positional == "learned" else None
         if edge_dim and kernel == "linear":
@@ -182,7 +197,7 @@ class Encoder(nn.Module):
         self.edge_dim = int(edge_dim)
         self.layers = nn.ModuleList(
             EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v,
-                         edge_dim)
+                         edge_dim, attn_scale)
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
@@ -286,9 +301,11 @@ class Encoder(nn.Module):
             wanted = {i % len(self.layers) for i in return_attention}
         else:
             wanted = set()
+        bias = None if self.relative_bias is None else self.relative_bias(x.shape[1], dtype=x.dtype)  # [1, H, L, L]
         weights = []
         for i, layer in enumerate(self.layers):
-            out = layer(x, None, None, i in wanted, rotary=self.rotary, plan=plan, attention_items=attention_items)
+            out = layer(x, None, None, i in wanted, rotary=self.rotary, plan=plan, attention_items=attention_items,
+                        bias=bias)
             if i in wanted:
                 x, w = out
                 weights.append(w)

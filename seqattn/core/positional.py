@@ -11,6 +11,11 @@ before the first layer; ``rotary`` rotates q and k inside every attention layer.
   input raises ``ValueError`` (the seed: "defined up to 128, but the sequence is 129").
 - ``sinusoidal``: the fixed sin/cos rule of "Attention is all you need"; any length.
 - ``rotary``: RoPE (Su et al. 2021); any length, relative by construction.
+
+Besides these, :class:`RelativePositionBias` is a learned, direction-aware relative position bias
+added to the attention scores (Shaw et al. 2018 / T5 / TENER 2019): one scalar per head and signed
+offset ``j - i`` clipped to ``±max_distance``; it can go with any of the four (the encoder's
+``relative_bias``).
 """
 
 from __future__ import annotations
@@ -107,6 +112,39 @@ class RotaryEmbedding(nn.Module):
         cos_k, sin_k = (cos, sin) if k.shape[-2] == q.shape[-2] else self._cos_sin(k.shape[-2], k.device, k.dtype)
         k = k * cos_k + self._rotate_half(k) * sin_k
         return q, k
+
+
+class RelativePositionBias(nn.Module):
+    """A learned additive attention bias per head and signed relative offset.
+
+    ``bias[h, i, j] = table[clip(j - i, -M, M) + M, h]`` with ``M = max_distance``: the query at
+    position ``i`` scores the key at ``j`` by how far and in which direction it lies (``j - i < 0``:
+    to the left), the same for every absolute position (shift-invariant). Offsets beyond ``±M`` share
+    the edge entries. Starts at zero (no preference), so a model starts from plain attention.
+
+    ``forward(length, key_length=None) -> [1, H, L, S]`` (float, in the table's dtype unless ``dtype``).
+    """
+
+    def __init__(self, heads: int, max_distance: int) -> None:
+        super().__init__()
+        if heads <= 0:
+            raise ValueError(f"relative position bias needs heads > 0, got {heads}")
+        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 1:
+            raise ValueError(f"relative position bias needs an int max_distance >= 1, got {max_distance!r}")
+        self.heads, self.max_distance = heads, max_distance
+        self.table = nn.Parameter(torch.zeros(2 * max_distance + 1, heads))  # [2M+1, H]
+
+    def offsets(self, length: int, key_length: int | None = None, device=None) -> torch.Tensor:
+        """``[L, S]`` long: ``clip(j - i, -M, M) + M``, the table row of each (query i, key j)."""
+        key_length = length if key_length is None else key_length
+        i = torch.arange(length, device=device)[:, None]
+        j = torch.arange(key_length, device=device)[None, :]
+        return (j - i).clamp(-self.max_distance, self.max_distance) + self.max_distance
+
+    def forward(self, length: int, key_length: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+        rows = self.offsets(length, key_length, self.table.device)  # [L, S]
+        bias = self.table[rows].permute(2, 0, 1).unsqueeze(0)  # [L, S, H] -> [1, H, L, S]
+        return bias if dtype is None else bias.to(dtype)
 
 
 def build_positional(kind: str, dim: int, head_dim: int, max_len: int | None = None):

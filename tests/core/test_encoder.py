@@ -135,3 +135,65 @@ def test_edge_kernel_encoder_equals_dense_masked_encoder():
     out_dense = dense(x, mask=mask, attn_mask=adj)
     out_edge = sparse(Tokens(x, mask, edge_index=mask_to_edge_index(adj)))
     torch.testing.assert_close(out_edge, out_dense, atol=1e-5, rtol=1e-5)
+
+
+def _attention_by_hand(mha, x, key_mask, bias, scale):
+    """``softmax(q kᵀ · scale + bias + padding) v`` per head, then ``W^O``: ``x [B, L, D]`` -> ``[B, L, D]``."""
+    b, length, d = x.shape
+    h = mha.heads
+    q = mha.q_proj(x).view(b, length, h, d // h).transpose(1, 2)
+    k = mha.k_proj(x).view(b, length, h, d // h).transpose(1, 2)
+    v = mha.v_proj(x).view(b, length, h, d // h).transpose(1, 2)
+    scores = q @ k.transpose(-1, -2) * scale + bias  # [B, H, L, L]
+    scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, length, d)
+    return mha.out_proj(out)
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "math"])
+@pytest.mark.parametrize("attn_scale", [None, 1.0])
+def test_relative_bias_and_scale_enter_the_scores_as_written(kernel, attn_scale):
+    """One layer with a relative position bias (random table) and the score scale: its attention equals
+    the formula by hand, ``bias[h, i, j] = table[clip(j - i) + M, h]`` added to the scaled scores."""
+    torch.manual_seed(0)
+    enc = Encoder(16, depth=1, heads=4, dropout=0.0, kernel=kernel, positional="none", relative_bias=2,
+                  attn_scale=attn_scale).eval()
+    with torch.no_grad():
+        enc.relative_bias.table.normal_()
+    x, mask = _batch([7, 4])
+    layer = enc.layers[0]
+    got = layer.attn(layer.norm1(x), plan=enc.plan(x, mask), bias=enc.relative_bias(7))
+    scale = 4 ** -0.5 if attn_scale is None else attn_scale  # head width 16 / 4 = 4
+    want = _attention_by_hand(layer.attn, layer.norm1(x), mask, enc.relative_bias(7), scale)
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1, :4], want[1, :4], atol=1e-5, rtol=1e-5)
+
+
+def test_relative_bias_encoder_pads_invariantly_learns_and_sees_direction():
+    torch.manual_seed(0)
+    enc = Encoder(16, depth=2, heads=4, dropout=0.0, positional="rotary", relative_bias=3).eval()
+    with torch.no_grad():
+        enc.relative_bias.table.normal_()
+    lengths = [9, 5, 1]
+    x, mask = _batch(lengths)
+    out = enc(x, mask=mask)
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(out[i, :n], enc(x[i : i + 1, :n])[0], atol=1e-5, rtol=1e-5)
+    out.sum().backward()
+    assert enc.relative_bias.table.grad.abs().sum() > 0  # the bias is trained
+    plain = Encoder(16, depth=1, heads=2, dropout=0.0, positional="none", relative_bias=2).eval()
+    with torch.no_grad():
+        plain.relative_bias.table.normal_()
+    x = torch.randn(1, 6, 16)
+    flip = torch.arange(6).flip(0)
+    # without other positions, reversing the sentence is not a permutation symmetry: left != right
+    assert not torch.allclose(plain(x)[:, flip], plain(x[:, flip]), atol=1e-4)
+
+
+def test_relative_bias_and_scale_reject_bad_values():
+    with pytest.raises(ValueError, match="relative_bias"):
+        Encoder(16, 1, 2, relative_bias=-1)
+    with pytest.raises(ValueError, match="relative_bias needs a dense kernel"):
+        Encoder(16, 1, 2, relative_bias=2, kernel="linear")
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        Encoder(16, 1, 2, attn_scale=0.0)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from seqattn.core import RotaryEmbedding
+from seqattn.core import RelativePositionBias, RotaryEmbedding
 
 
 def _rope_by_hand(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -46,3 +46,45 @@ def test_rotary_scores_depend_only_on_the_offset():
     for d in (1, 3, 5):
         diag = scores.diagonal(d)
         torch.testing.assert_close(diag, diag[:1].expand_as(diag), atol=1e-12, rtol=0)
+
+
+def _relative_bias_by_hand(table: torch.Tensor, length: int, key_length: int, m: int) -> torch.Tensor:
+    """``bias[h, i, j] = table[min(max(j - i, -m), m) + m, h]`` written out, ``[1, H, L, S]``."""
+    heads = table.shape[1]
+    out = torch.empty(1, heads, length, key_length, dtype=table.dtype)
+    for h in range(heads):
+        for i in range(length):
+            for j in range(key_length):
+                out[0, h, i, j] = table[min(max(j - i, -m), m) + m, h]
+    return out
+
+
+@pytest.mark.parametrize("length,key_length", [(7, 7), (5, 9), (9, 4)])
+def test_relative_bias_is_the_clipped_signed_offset_table(length, key_length):
+    rel = RelativePositionBias(heads=3, max_distance=2)
+    with torch.no_grad():
+        rel.table.copy_(torch.arange(15, dtype=torch.float32).view(5, 3))  # every entry distinct
+    torch.testing.assert_close(rel(length, key_length), _relative_bias_by_hand(rel.table.detach(), length,
+                                                                                key_length, 2), atol=0, rtol=0)
+
+
+def test_relative_bias_is_shift_invariant_and_direction_aware():
+    """The bias of (i, j) depends only on j - i (the same on every diagonal), and a key d to the left
+    gets another bias than one d to the right (the direction TENER says sinusoidal encodings lose)."""
+    rel = RelativePositionBias(heads=2, max_distance=3)
+    with torch.no_grad():
+        rel.table.normal_(generator=torch.Generator().manual_seed(0))
+    bias = rel(10)[0]  # [H, L, L]
+    for d in range(-9, 10):
+        diag = bias.diagonal(d, dim1=-2, dim2=-1)  # [H, L - |d|]
+        torch.testing.assert_close(diag, diag[:, :1].expand_as(diag), atol=0, rtol=0)
+    for d in (1, 2, 3):
+        assert not torch.equal(bias.diagonal(d, dim1=-2, dim2=-1)[:, 0], bias.diagonal(-d, dim1=-2, dim2=-1)[:, 0])
+    far = bias.diagonal(7, dim1=-2, dim2=-1)[:, 0]  # beyond ±3: the edge entry
+    torch.testing.assert_close(far, bias.diagonal(3, dim1=-2, dim2=-1)[:, 0], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_relative_bias_rejects_a_bad_max_distance(bad):
+    with pytest.raises(ValueError, match="max_distance"):
+        RelativePositionBias(heads=2, max_distance=bad)
