@@ -129,6 +129,10 @@ class Encoder(nn.Module):
             ``positional``; 0 = none. The attention then runs with one dense float mask.
         attn_scale: the score scale of every layer (``None`` = ``1/√(head width)``; ``1.0`` = un-scaled,
             the sharper attention of TENER 2019).
+        initial_residual: ``α`` in ``[0, 1]``: GCNII's initial residual (Chen et al. 2020): after every layer
+            ``x_{l+1} = (1 - α) layer(x_l) + α x_0``, with ``x_0`` the encoder's input (after its positional
+            encoding), so every layer keeps a share of the input and deep stacks do not wash it out (a graph's
+            over-smoothing). With one layer it only scales the layer's update. 0 = none (default).
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -160,6 +164,7 @@ class Encoder(nn.Module):
         propagation_alpha: float = 0.1,
         relative_bias: int = 0,
         attn_scale: float | None = None,
+        initial_residual: float = 0.0,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -169,6 +174,10 @@ class Encoder(nn.Module):
         if not 0.0 <= float(propagation_alpha) <= 1.0:
             raise ValueError(f"propagation_alpha must lie in [0, 1] (the teleport probability), got {propagation_alpha!r}")
         self.output_propagation, self.propagation_alpha = int(output_propagation), float(propagation_alpha)
+        if isinstance(initial_residual, bool) or not 0.0 <= float(initial_residual) <= 1.0:
+            raise ValueError(f"initial_residual must lie in [0, 1] (the share of the encoder's input mixed back "
+                             f"after every layer), got {initial_residual!r}")
+        self.initial_residual = float(initial_residual)
         if window is not None and window < 0:
             raise ValueError(f"window must be >= 0 or None, got {window}")
         if window is not None and kernel in ("linear", "edge"):
@@ -303,6 +312,7 @@ class Encoder(nn.Module):
             wanted = set()
         bias = None if self.relative_bias is None else self.relative_bias(x.shape[1], dtype=x.dtype)  # [1, H, L, L]
         weights = []
+        x0 = x  # [B, L, D], what the initial residual mixes back
         for i, layer in enumerate(self.layers):
             out = layer(x, None, None, i in wanted, rotary=self.rotary, plan=plan, attention_items=attention_items,
                         bias=bias)
@@ -311,6 +321,8 @@ class Encoder(nn.Module):
                 weights.append(w)
             else:
                 x = out
+            if self.initial_residual:
+                x = (1.0 - self.initial_residual) * x + self.initial_residual * x0  # [B, L, D]
         x = self.norm(x)
         if self.output_propagation:
             x = ppr_propagate(x, edge_index, mask, self.output_propagation, self.propagation_alpha)  # [B, L, D]

@@ -13,6 +13,11 @@ none), e.g. its speaker; at test time the accuracy per group goes into ``metrics
 Distillation (:mod:`seqattn.objectives.distill`): with a teacher set (``distillation``), the training
 loss is ``alpha · T² · KL(teacher_T ‖ student_T) + (1 − alpha) · CE`` over the labeled positions.
 
+Consistency (:mod:`seqattn.objectives.consistency`, ``consistency > 0``, labeling only): each training step runs
+the network twice (two dropout draws); the loss is the mean of the two views' cross-entropies plus
+``consistency`` × the squared distance of each view's probabilities from their sharpened mean
+(``consistency_temperature``), over every real token, labeled or not (GRAND's regularisation: few labels).
+
 Metrics: accuracy (micro: over labeled tokens), macro-F1; at test time the per-class accuracy
 (recall) of every class that has test examples (``test/acc_<class>``; a class without test
 examples is left out, not reported as 0) and the confusion matrix (rows true, columns predicted).
@@ -29,6 +34,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from seqattn.labels import IGNORE_INDEX
 from seqattn.model.protocols import augmented_inputs
 from seqattn.objectives.base import Objective
+from seqattn.objectives.consistency import sharpened_consistency
 from seqattn.objectives.distill import Distillation
 from seqattn.objectives.predictions import Prediction
 
@@ -84,11 +90,18 @@ def _safe(name: str) -> str:
 class SequenceLabeling(Objective):
     """Cross-entropy per token; token accuracy (micro) and macro-F1 over labeled tokens."""
 
-    def __init__(self, *args, label_smoothing: float = 0.0, **kwargs) -> None:
+    def __init__(self, *args, label_smoothing: float = 0.0, consistency: float = 0.0,
+                 consistency_temperature: float = 0.5, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         self.label_smoothing = label_smoothing
+        if isinstance(consistency, bool) or not float(consistency) >= 0.0:
+            raise ValueError(f"consistency must be a weight >= 0 (0 = off), got {consistency!r}")
+        if not 0.0 < float(consistency_temperature) <= 1.0:
+            raise ValueError(f"consistency_temperature must lie in (0, 1], got {consistency_temperature!r}")
+        #: weight of the two-view consistency term over every real token (module docstring); 0 = off
+        self.consistency, self.consistency_temperature = float(consistency), float(consistency_temperature)
         self.test_confusion = MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX)
         self.confusion_matrix: torch.Tensor | None = None  # [C, C] counts (row true, column predicted)
         names = tuple(self.spec.subsets) if self.spec is not None else ()
@@ -216,6 +229,8 @@ class SequenceLabeling(Objective):
             return logits.sum() * 0.0
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.flatten(), ignore_index=IGNORE_INDEX,
                              label_smoothing=self.label_smoothing)
+        if self.consistency and self.training:
+            ce = self._with_consistency(ce, out, batch)
         if self.distillation is None or not self.training:
             return ce
         inputs = augmented_inputs(self.net.adapter)  # the student's augmented view, if any (a declared hook)
@@ -225,6 +240,23 @@ class SequenceLabeling(Objective):
             self.log_dict({"train/loss_ce": ce.detach(), "train/loss_kd": soft.detach()}, on_step=False,
                           on_epoch=True, batch_size=weight)
         return loss
+
+    def _with_consistency(self, ce: torch.Tensor, out: dict, batch: dict) -> torch.Tensor:
+        """A second view of ``batch`` (the network again, its own dropout draws): the mean of both views'
+        cross-entropies + ``consistency`` × :func:`sharpened_consistency` of the two views' ``logits [B, L, C]``
+        over the real tokens ``out["mask"] [B, L]``."""
+        logits, labels = out["logits"], batch["labels"]
+        second = self(batch)["logits"]  # [B, L, C]
+        ce2 = F.cross_entropy(second.reshape(-1, second.shape[-1]), labels.flatten(), ignore_index=IGNORE_INDEX,
+                              label_smoothing=self.label_smoothing)
+        mask = out.get("mask")
+        if mask is None:
+            mask = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device)
+        agree = sharpened_consistency([logits, second], mask, self.consistency_temperature)
+        if self._trainer is not None:  # called from a training loop
+            self.log("train/loss_consistency", agree.detach(), on_step=False, on_epoch=True,
+                     batch_size=int(mask.sum()))
+        return (ce + ce2) / 2 + self.consistency * agree
 
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         return out["logits"].argmax(-1).flatten(), batch["labels"].flatten()  # [B·L], [B·L]
@@ -241,6 +273,12 @@ class SequenceClassification(SequenceLabeling):
     Same loss and metrics as :class:`SequenceLabeling` (accuracy, macro-F1, per-class test
     accuracy, test confusion matrix); the head must pool (``PooledHead``).
     """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.consistency:
+            raise ValueError(f"consistency={self.consistency}: the two-view consistency is per token "
+                             "(SequenceLabeling); a sequence label has no unlabeled tokens to reach, set consistency=0")
 
     def loss_weight(self, out: dict, batch: dict) -> int:
         return int(batch["labels"].shape[0])

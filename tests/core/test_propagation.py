@@ -99,3 +99,29 @@ def test_encoder_output_propagation_changes_the_output_and_is_the_last_step():
 def test_encoder_rejects_bad_propagation_settings(bad):
     with pytest.raises(ValueError, match="output_propagation|propagation_alpha"):
         Encoder(16, 1, 2, positional="none", **bad)
+
+
+def test_encoder_initial_residual_mixes_the_input_back_after_every_layer():
+    """``initial_residual=α``: x_{l+1} = (1-α) layer_l(x_l) + α x_0 after every layer (the same layers by hand),
+    then the final norm; it changes the output of a 3-layer stack."""
+    torch.manual_seed(0)
+    edge_index, mask, _, _ = _graph()
+    x = torch.randn(2, 5, 16)
+    plain = Encoder(16, 3, 2, positional="none", dropout=0.0).eval()
+    mixed = Encoder(16, 3, 2, positional="none", dropout=0.0, initial_residual=0.25).eval()
+    mixed.load_state_dict(plain.state_dict())
+    tokens = _tokens(x, mask, edge_index)
+    plan = plain.plan(tokens)
+    h = x
+    for layer in plain.layers:
+        h = 0.75 * layer(h, plan=plan) + 0.25 * x
+    want = plain.norm(h).masked_fill(~mask.unsqueeze(-1), 0.0)
+    out = mixed(tokens)
+    torch.testing.assert_close(out, want)
+    assert not torch.allclose(out, plain(tokens), atol=1e-3)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, True])
+def test_encoder_rejects_a_bad_initial_residual(bad):
+    with pytest.raises(ValueError, match="initial_residual"):
+        Encoder(16, 1, 2, positional="none", initial_residual=bad)
