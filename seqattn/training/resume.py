@@ -23,6 +23,9 @@ such path is taken relative to the folder given to ``resume=`` (:func:`relocate_
 The resumed run's curves continue the earlier ones (:func:`continue_curves`): Lightning's CSV logger would
 delete ``csv/metrics.csv``; instead its rows logged before the checkpoint's step are kept and the
 resumed run appends to them (the rows a killed run logged after its checkpoint are logged again).
+One row can be lost: Lightning writes a mid-epoch checkpoint (``on_train_batch_end``) just before it logs
+that batch's row, so a kill between the two leaves the curves without the row of the checkpoint's last
+batch (the resumed run starts at the next batch). The weights and every later row are exact.
 """
 
 from __future__ import annotations
