@@ -56,7 +56,7 @@ def test_case_shortens_only_when_quick_and_both_arms_see_the_same_fraction(tmp_p
     assert "task=text_tagging" in tuned and "data.train_fraction=0.1" in tuned
     assert f"data.labels={pretrain_case.UPOS}" in tuned and "SYM" in pretrain_case.UPOS  # a 10 % sample may lack SYM
     assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
-    assert "finetune.vocabulary=checkpoint" in tuned  # the pretraining's words keep their rows
+    assert f"finetune.vocabulary={pretrain_case.FINETUNE_VOCABULARY}" in tuned
     _assert_length_chosen_on_dev(tuned, quick)
     assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
     assert ("QUICK" in result.notes) == quick and "pretraining (" in result.notes
