@@ -203,7 +203,8 @@ def finetune_options(cfg: DictConfig) -> FinetuneOptions:
                            freeze=tuple(_required(cfg, "freeze") or ()),
                            pretrained_lr_mult=float(_required(cfg, "finetune.pretrained_lr_mult")),
                            resize_positional=bool(_required(cfg, "finetune.resize_positional")),
-                           vocabulary=str(_required(cfg, "finetune.vocabulary")))
+                           vocabulary=str(_required(cfg, "finetune.vocabulary")),
+                           adapter=OmegaConf.to_container(cfg.adapter, resolve=True) if cfg.get("adapter") else None)
 
 
 def distill_options(cfg: DictConfig) -> DistillOptions:

@@ -115,6 +115,31 @@ def test_same_label_set_loads_every_tensor_including_the_head(task, tiny_run, tm
         torch.testing.assert_close(value, pretrained[name], rtol=0, atol=0, msg=name)
 
 
+def test_an_adapter_fed_other_inputs_than_the_checkpoints_is_a_warning_naming_both_values(tiny_run, tmp_path,
+                                                                                         workflow_data_dir, caplog):
+    """speech_pretrain (mel band to Nyquist) -> speech_cls (0-4 kHz) loaded silently before: a setting that
+    changes what the adapter gives the loaded layers is named with both values; dropout and the class are not."""
+    import logging
+
+    from seqattn.training.finetune import input_differences
+
+    assert input_differences({"f_max": 4000, "dropout": 0.3, "n_mels": 40, "_target_": "A", "crop": 1.0},
+                             {"f_max": None, "dropout": 0.1, "n_mels": 40, "_target_": "B"}) == [
+        "f_max=4000 (checkpoint: None)"]
+    assert input_differences(None, {"f_max": None}) == [] and input_differences({"f_max": 1}, None) == []
+    base = tiny_run("speech_cls")
+    model = _objective(compose(TASKS["speech_cls"].overrides + QUIET, tmp_path / "run", workflow_data_dir))
+    config = read_checkpoint(base.best)["seqattn_config"]["adapter"]
+    with caplog.at_level(logging.WARNING, logger="seqattn.training.finetune"):
+        init_from_checkpoint(model, base.best, resize_positional_table=False, adapter=dict(config))
+        assert not [r for r in caplog.records if "differs from the checkpoint" in r.getMessage()]
+        init_from_checkpoint(model, base.best, resize_positional_table=False,
+                             adapter=dict(config, f_max=1234, dropout=0.9))
+    warned = [r.getMessage() for r in caplog.records if "differs from the checkpoint" in r.getMessage()]
+    assert len(warned) == 1 and f"f_max=1234 (checkpoint: {config['f_max']!r})" in warned[0]
+    assert "dropout" not in warned[0]
+
+
 @pytest.mark.parametrize("task", WORKFLOW_TASKS)
 def test_another_encoder_shape_is_an_error_listing_the_tensors(task, tiny_run, tmp_path, workflow_data_dir):
     base = tiny_run(task)

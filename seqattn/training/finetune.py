@@ -63,6 +63,7 @@ class FinetuneOptions:
     pretrained_lr_mult: float  # learning rate of the loaded tensors = optimizer.lr * this (> 0)
     resize_positional: bool  # interpolate a learned positional table to the new model.max_len
     vocabulary: str = "data"  # among VOCABULARIES: the data's own vocabulary, or init_from's checkpoint's
+    adapter: Mapping[str, Any] | None = None  # this run's adapter config: compared with the checkpoint's
 
     def __post_init__(self) -> None:
         if self.vocabulary not in VOCABULARIES:
@@ -264,11 +265,27 @@ def init_from_state(
     return {"loaded": loaded, "new": new, "resized": resized, "vocab": vocab}
 
 
-def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_table: bool
-                         ) -> dict[str, Any]:
+def input_differences(here: Mapping[str, Any] | None, there: Mapping[str, Any] | None) -> list[str]:
+    """The adapter settings (``adapter.*``) set in both configs to different values, as
+    ``"f_max=4000 (checkpoint: None)"``, leaving out regularisation (keys naming ``dropout``) and the class:
+    settings that change what the pretrained layers are given (features, frequency band, framing)."""
+    if not isinstance(here, Mapping) or not isinstance(there, Mapping):
+        return []
+    return [f"{key}={here[key]!r} (checkpoint: {there[key]!r})" for key in sorted(set(here) & set(there))
+            if key != "_target_" and "dropout" not in key and here[key] != there[key]]
+
+
+def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_table: bool,
+                         adapter: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """:func:`init_from_state` from a seqattn checkpoint file (read with ``weights_only=True``); logs
-    which tensors were loaded, resized and newly initialised."""
+    which tensors were loaded, resized and newly initialised. ``adapter``: this run's adapter config; a
+    setting that differs from the checkpoint's (:func:`input_differences`) is a warning naming both values."""
     checkpoint = read_checkpoint(path)
+    differ = input_differences(adapter, (checkpoint.get("seqattn_config") or {}).get("adapter"))
+    if differ:
+        log.warning("init_from %s: this run's adapter differs from the checkpoint's in %s: the loaded layers were "
+                    "trained on other inputs; set them alike (adapter.KEY=VALUE) unless that is meant",
+                    path, ", ".join(differ))
     hparams = checkpoint["hyper_parameters"]
     objective = ((checkpoint.get("seqattn_config") or {}).get("objective") or {}).get("_target_")
     net = hparams.get("net")
@@ -347,7 +364,7 @@ def apply_finetune(model: nn.Module, options: FinetuneOptions) -> dict[str, Any]
     Returns a summary for ``metrics.json`` (None when nothing was asked)."""
     summary: dict[str, Any] = {}
     if options.init_from:
-        report = init_from_checkpoint(model, options.init_from, options.resize_positional)
+        report = init_from_checkpoint(model, options.init_from, options.resize_positional, options.adapter)
         mult = options.pretrained_lr_mult
         if mult <= 0:
             raise ValueError(f"finetune.pretrained_lr_mult={mult} must be > 0 (use freeze=[...] to stop training)")
