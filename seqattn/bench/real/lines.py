@@ -25,7 +25,9 @@ def _files(ctx: Context) -> list[str]:
 
 def case_lines(ctx: Context) -> Result:
     overrides = ["task=text_tagging", *_files(ctx)]
-    reference = overrides + ["model=bilstm"]
+    # the BiLSTM as it was measured: the labeling objective's lr 2e-3 (the recipe's 4e-3 was chosen on dev for the
+    # self-attention encoder, conf/task/text_tagging.yaml; the BiLSTM's lr was not tuned)
+    reference = overrides + ["model=bilstm", "objective.optimizer.lr=2.0e-3"]
     short = ctx.choose([], ["trainer.max_epochs=2"])  # --quick: both sides
     overrides, reference = overrides + short, reference + short
     seqattn, seq_s, ref, ref_s = compare_seeds(ctx, "lines", overrides, ctx.choose(SEEDS, 1),
