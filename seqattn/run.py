@@ -239,7 +239,8 @@ def apply_threads(setting: Any, model: torch.nn.Module, load: LoadProbe | None =
                             resumed)
     if parsed is not None:
         torch.set_num_threads(choice.threads)
-    log.info("%s", choice.describe())
+    log.info("%s%s", choice.describe(), " (kept from the resumed run's run_plan.json)"
+             if resumed and parsed == "auto" and choice.threads == resumed.get("threads") else "")
     return choice
 
 

@@ -165,7 +165,10 @@ def test_callbacks_follow_the_plan_and_an_early_stopper_is_found_by_type(tmp_pat
 def test_training_options_and_budget_come_from_the_yaml_and_a_missing_key_is_an_error(tmp_path):
     cfg = _cfg(tmp_path, ["finetune.pretrained_lr_mult=0.5", "distill.alpha=0.25", "freeze=[adapter]"])
     root = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
-    assert finetune_options(cfg) == FinetuneOptions(None, ("adapter",), 0.5, root.finetune.resize_positional)
+    options = finetune_options(cfg)
+    assert options == FinetuneOptions(None, ("adapter",), 0.5, root.finetune.resize_positional,
+                                      adapter=OmegaConf.to_container(cfg.adapter, resolve=True))
+    assert options.adapter["_target_"] == cfg.adapter._target_  # compared with an init_from checkpoint's
     assert distill_options(cfg) == DistillOptions(None, root.distill.temperature, 0.25)
     budget, asked = plan_inputs(cfg, given=lambda key: key == "trainer.max_epochs")
     assert budget == Budget(**OmegaConf.to_container(root.budget))

@@ -91,7 +91,8 @@ def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: in
         other_load: CPU cores other processes kept busy while the run started (None: unknown, taken as 0),
             or a function measuring it (:meth:`LoadProbe.other_load`), called only when the choice needs it.
         resumed: the choice recorded by the run being resumed (``run_plan.json``'s ``threads``; None for a
-            new run): under ``auto`` its count is kept.
+            new run): under ``auto`` it is returned as it was (count, reason, load seen), so a resumed run's
+            plan equals its first part's.
     """
     parsed = parse_setting(setting)
     shown = "null" if parsed is None else str(parsed)
@@ -100,9 +101,8 @@ def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: in
     if isinstance(parsed, int):
         return ThreadChoice(parsed, f"cpu_threads={parsed} given", shown)
     earlier = (resumed or {}).get("threads")
-    if isinstance(earlier, int) and not isinstance(earlier, bool) and earlier >= 1:
-        return ThreadChoice(earlier, f"cpu_threads=auto, resumed: the count the run started with, so that its sums "
-                                     "continue alike; cpu_threads=N to choose", shown, resumed.get("other_load"))
+    if isinstance(earlier, int) and not isinstance(earlier, bool) and earlier >= 1:  # the recorded choice, as it was
+        return ThreadChoice(earlier, str(resumed.get("reason") or "cpu_threads=auto"), shown, resumed.get("other_load"))
     if parameters < SMALL_MODEL_PARAMETERS:
         return ThreadChoice(1, f"cpu_threads=auto: {parameters / 1e3:.1f}k parameters < "
                                f"{SMALL_MODEL_PARAMETERS / 1e3:.0f}k, ops too small to split over threads; "
