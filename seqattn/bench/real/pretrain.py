@@ -47,20 +47,34 @@ def case_lines_pretrain(ctx: Context) -> Result:
     ctx.log(f"lines_pretrain: pretrained {epochs} epochs in {pretrain_s:.0f} s: test/loss {metrics['test/loss']:.3f}, "
             f"test/acc {metrics['test/acc']:.3f}")
     scratch = ["task=text_tagging", *files, f"data.train_fraction={FRACTION}", f"data.labels={UPOS}",
-               "cpu_threads=1",
-               *ctx.choose([f"trainer.max_epochs={FINETUNE_EPOCHS}",
-                            f"callbacks.early_stopping.patience={FINETUNE_PATIENCE}"], ["trainer.max_epochs=2"])]
+               "cpu_threads=1", *_finetune_length(ctx)]
     pretrained = scratch + [f"init_from={ckpt}", f"finetune.vocabulary={FINETUNE_VOCABULARY}"]
-    ours, ours_s, ref, ref_s = compare_seeds(ctx, "lines_pretrain", pretrained, ctx.choose(SEEDS, 1),
+    return _pretrained_vs_scratch(
+        ctx, "lines_pretrain", pretrained, scratch,
+        f"UD English-LinES, {FRACTION:.0%} of the tagged training sentences (pretrained on all 3,457)",
+        "test UPOS accuracy", f"pretraining ({pretrain_s:.0f} s wall, {epochs} epochs, test masked-word acc "
+        f"{metrics['test/acc']:.3f}): {command_line(pretrain)}", "dev")
+
+
+def _finetune_length(ctx: Context) -> list[str]:
+    """Both arms' fine-tune length: up to FINETUNE_EPOCHS, early stopping on validation (QUICK: 2 epochs)."""
+    return ctx.choose([f"trainer.max_epochs={FINETUNE_EPOCHS}",
+                       f"callbacks.early_stopping.patience={FINETUNE_PATIENCE}"], ["trainer.max_epochs=2"])
+
+
+def _pretrained_vs_scratch(ctx: Context, case: str, pretrained: list[str], scratch: list[str], title: str,
+                           metric: str, pretraining: str, val_name: str) -> Result:
+    """Per seed, the fine-tune ``pretrained`` (seqattn column) beside ``scratch`` (reference column); the notes
+    give ``pretraining`` (its wall, epochs, score and command), the scratch command and each run's best
+    validation accuracy and epochs (``val_name``: what the validation split is called)."""
+    ours, ours_s, ref, ref_s = compare_seeds(ctx, case, pretrained, ctx.choose(SEEDS, 1),
                                              recipe_reference(ctx, scratch, "scratch"), "scratch")
-    dev = {arm: _dev_summary(ctx, arm, len(ours)) for arm in ("seqattn", "scratch")}
-    return Result(f"UD English-LinES, {FRACTION:.0%} of the tagged training sentences (pretrained on all 3,457)",
-                  "test UPOS accuracy", False, ours, ref, "the same recipe from scratch", ours_s, ref_s,
+    best = {arm: _dev_summary(ctx, arm, len(ours)) for arm in ("seqattn", "scratch")}
+    return Result(title, metric, False, ours, ref, "the same recipe from scratch", ours_s, ref_s,
                   command_line(pretrained),
                   notes=ctx.choose("", "QUICK: 1 seed, pretraining 1 epoch, fine-tunes 2 epochs; ")
-                  + f"pretraining ({pretrain_s:.0f} s wall, {epochs} epochs, test masked-word acc "
-                  f"{metrics['test/acc']:.3f}): {command_line(pretrain)}; scratch: {command_line(scratch)}; "
-                  f"best dev acc / epochs run per seed: pretrained {dev['seqattn']}, scratch {dev['scratch']}")
+                  + f"{pretraining}; scratch: {command_line(scratch)}; best {val_name} acc / epochs run per seed: "
+                  f"pretrained {best['seqattn']}, scratch {best['scratch']}")
 
 
 def _pretrain_once(ctx: Context, pretrain: list[str], label: str) -> tuple[dict, float]:
@@ -114,18 +128,11 @@ def case_fsdd_pretrain(ctx: Context) -> Result:
     ckpt = ctx.work / "pretrain" / "checkpoints" / "best.ckpt"
     ctx.log(f"fsdd_pretrain: pretrained {epochs} epochs in {pretrain_s:.0f} s: test/loss {metrics['test/loss']:.3f}")
     scratch = ["task=speech_cls", f"data.manifest={manifest}", f"data.train_fraction={FRACTION}", "cpu_threads=1",
-               "plot=false",
-               *ctx.choose([f"trainer.max_epochs={FINETUNE_EPOCHS}",
-                            f"callbacks.early_stopping.patience={FINETUNE_PATIENCE}"], ["trainer.max_epochs=2"])]
+               "plot=false", *_finetune_length(ctx)]
     pretrained = scratch + [f"init_from={ckpt}"]
-    ours, ours_s, ref, ref_s = compare_seeds(ctx, "fsdd_pretrain", pretrained, ctx.choose(SEEDS, 1),
-                                             recipe_reference(ctx, scratch, "scratch"), "scratch")
-    dev = {arm: _dev_summary(ctx, arm, len(ours)) for arm in ("seqattn", "scratch")}
-    return Result(f"FSDD recorded digits, {FRACTION:.0%} of the labelled training clips, speakers jackson and theo "
-                  "held out (pretrained on all 1,800 training clips)",
-                  "test accuracy", False, ours, ref, "the same recipe from scratch", ours_s, ref_s,
-                  command_line(pretrained),
-                  notes=ctx.choose("", "QUICK: 1 seed, pretraining 1 epoch, fine-tunes 2 epochs; ")
-                  + f"pretraining ({pretrain_s:.0f} s wall, {epochs} epochs, test masked-frame loss "
-                  f"{metrics['test/loss']:.3f}): {command_line(pretrain)}; scratch: {command_line(scratch)}; "
-                  f"best val acc / epochs run per seed: pretrained {dev['seqattn']}, scratch {dev['scratch']}")
+    return _pretrained_vs_scratch(
+        ctx, "fsdd_pretrain", pretrained, scratch,
+        f"FSDD recorded digits, {FRACTION:.0%} of the labelled training clips, speakers jackson and theo held out "
+        "(pretrained on all 1,800 training clips)", "test accuracy",
+        f"pretraining ({pretrain_s:.0f} s wall, {epochs} epochs, test masked-frame loss {metrics['test/loss']:.3f}): "
+        f"{command_line(pretrain)}", "val")
