@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from seqattn.configs import CONFIG_DIR  # also seqattn.run.CONFIG_DIR for callers
 from seqattn.model.build import locate
 from seqattn.training.callbacks import LastCheckpoint, QuietModelSummary
+from seqattn.training.compile import compile_encoder, parse_compile
 from seqattn.training.distill import DistillOptions, apply_distill
 from seqattn.training.finetune import FinetuneOptions, apply_finetune, use_checkpoint_vocabulary
 from seqattn.training.options import check_trainer_options
@@ -288,6 +289,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     quiet_known_noise(resuming=bool(cfg.get("resume")))
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
+    parse_compile(cfg.get("compile"))
     load = LoadProbe()  # other processes' CPU load while the data is read (cpu_threads=auto)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
@@ -314,6 +316,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     plan = replace(plan, threads=apply_threads(cfg.get("cpu_threads"), model, load, resumed_threads).to_dict())
     finetune = apply_finetune(model, finetune_options(cfg))  # init_from / freeze / finetune.pretrained_lr_mult
     distill = apply_distill(model, distill_options(cfg))  # distill.teacher / temperature / alpha
+    compiled = compile_encoder(model.net, cfg.get("compile"))  # compile=inductor: torch.compile of the encoder
     if is_rank_zero:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         log.info("run plan: %s (%s)", plan.describe(), write_plan(out_dir, plan))
@@ -347,6 +350,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["budget"] = plan.budget_message
     if distill:
         metrics["distill"] = distill
+    if compiled:
+        metrics["compile"] = compiled
     if checkpoint is not None and checkpoint.monitor and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):
