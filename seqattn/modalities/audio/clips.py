@@ -30,15 +30,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from seqattn.datakit.items import Item
 from seqattn.datakit.module import TaskDataModule
 from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import split, split_indices
 from seqattn.labels import is_missing, split_name
-from seqattn.modalities.audio.data import audio_predict_loader, resampled_length, warn_short
-from seqattn.modalities.audio.features import load_audio, ms_to_samples
+from seqattn.modalities.audio.data import CachedAudioDataset, audio_predict_loader, resampled_length, warn_short
+from seqattn.modalities.audio.features import ms_to_samples
 from seqattn.modalities.audio.manifest import read_clip_manifest, resolve_source
 from seqattn.modalities.audio.words import generate_words_corpus
 
@@ -47,29 +47,22 @@ log = logging.getLogger("seqattn.modalities.audio.clips")
 GROUP = "speaker"
 
 
-class ClipDataset(Dataset):
+class ClipDataset(CachedAudioDataset):
     """Clips with one label each: ``__getitem__`` -> ``dict(waveform [T] float32, label int, id str,
     group int)`` (``group``: the speaker's index, -1 = none). Audio is read once and kept in memory."""
 
     def __init__(self, items: Sequence[Mapping[str, Any]], label_names: Sequence[str], sample_rate: int,
                  speakers: Sequence[str] = ()) -> None:
-        self.items = list(items)
+        super().__init__(items, sample_rate)
         self.label_to_index = {name: i for i, name in enumerate(label_names)}
         self.speaker_to_index = {name: i for i, name in enumerate(speakers)}
-        self.sample_rate = sample_rate
-        self._cache: dict[int, torch.Tensor] = {}
 
-    def __len__(self) -> int:
-        return len(self.items)
+    def label(self, item: Mapping[str, Any]) -> int | None:
+        """The item's class index."""
+        return self.label_to_index[item["label"]]
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        item = self.items[index]
-        if index not in self._cache:
-            try:
-                self._cache[index] = load_audio(item["path"], self.sample_rate)  # [T]
-            except ValueError as err:
-                raise ValueError(f"{item['where']}: {err}") from None
-        return {"waveform": self._cache[index], "label": self.label_to_index[item["label"]], "id": item["id"],
+    def example(self, item: Mapping[str, Any], waveform: torch.Tensor) -> dict[str, Any]:
+        return {"waveform": waveform, "label": self.label(item), "id": item["id"],
                 "group": self.speaker_to_index.get(item.get("speaker"), -1)}
 
 
@@ -260,15 +253,8 @@ class UnlabelledClipDataset(ClipDataset):
     def __init__(self, items: Sequence[Mapping[str, Any]], sample_rate: int, speakers: Sequence[str] = ()) -> None:
         super().__init__(items, (), sample_rate, speakers)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        item = self.items[index]
-        if index not in self._cache:
-            try:
-                self._cache[index] = load_audio(item["path"], self.sample_rate)  # [T]
-            except ValueError as err:
-                raise ValueError(f"{item['where']}: {err}") from None
-        return {"waveform": self._cache[index], "label": None, "id": item["id"],
-                "group": self.speaker_to_index.get(item.get("speaker"), -1)}
+    def label(self, item: Mapping[str, Any]) -> None:
+        return None
 
 
 class UnlabelledClipDataModule(ClipDataModule):

@@ -37,7 +37,42 @@ log = logging.getLogger("seqattn.modalities.audio")
 # dataset and collate
 
 
-class FrameLabelDataset(Dataset):
+class CachedAudioDataset(Dataset):
+    """Audio items read on first access (``load_audio``, resampled to ``sample_rate``) and kept in memory.
+
+    ``__getitem__(i)`` -> ``self.example(items[i], waveform [T] float32)``, built once and cached. A file
+    that cannot be read, or that is shorter than ``min_samples`` (the analysis window), is a ``ValueError``
+    naming the item (its ``where``, else its ``path``). Subclasses define :meth:`example`.
+    """
+
+    def __init__(self, items: Sequence[Mapping[str, Any]], sample_rate: int, min_samples: int = 0) -> None:
+        self.items = list(items)
+        self.sample_rate, self.min_samples = sample_rate, min_samples
+        self._cache: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if index not in self._cache:
+            item = self.items[index]
+            where = item.get("where", item["path"])
+            try:
+                wav = load_audio(item["path"], self.sample_rate)  # [T]
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+            if wav.numel() < self.min_samples:
+                raise ValueError(f"{where}: {wav.numel()} samples is shorter than the analysis window "
+                                 f"({self.min_samples} samples)")
+            self._cache[index] = self.example(item, wav)
+        return self._cache[index]
+
+    def example(self, item: Mapping[str, Any], waveform: torch.Tensor) -> dict[str, Any]:
+        """One dataset example from an item and its waveform ``[T]``."""
+        raise NotImplementedError(f"{type(self).__name__} must define example(item, waveform)")
+
+
+class FrameLabelDataset(CachedAudioDataset):
     """Utterances with one label per frame.
 
     ``__getitem__`` -> ``dict(waveform [T] float32, labels [F] long, id str)`` with
@@ -53,29 +88,18 @@ class FrameLabelDataset(Dataset):
         hop: int,
         default_label: str | None = None,
     ) -> None:
-        self.items = list(items)
+        super().__init__(items, sample_rate, min_samples=win)
         self.label_names = list(label_names)
         self.label_to_index = {name: i for i, name in enumerate(self.label_names)}
         if default_label is not None and default_label not in self.label_to_index:
             raise ValueError(f"default_label {default_label!r} is not one of the labels {self.label_names}")
-        self.sample_rate, self.win, self.hop = sample_rate, win, hop
+        self.win, self.hop = win, hop
         self.default_label = default_label
-        self._cache: dict[int, dict[str, Any]] = {}
 
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        if index not in self._cache:
-            item = self.items[index]
-            wav = load_audio(item["path"], self.sample_rate)  # [T]
-            if wav.numel() < self.win:
-                raise ValueError(f"{item['path']}: {wav.numel()} samples is shorter than the analysis window "
-                                 f"({self.win} samples)")
-            labels = frame_labels(item["segments"], wav.numel(), self.sample_rate, self.win, self.hop,
-                                  self.label_to_index, self.default_label)  # [F]
-            self._cache[index] = {"waveform": wav, "labels": labels, "id": item["id"]}
-        return self._cache[index]
+    def example(self, item: Mapping[str, Any], waveform: torch.Tensor) -> dict[str, Any]:
+        labels = frame_labels(item["segments"], waveform.numel(), self.sample_rate, self.win, self.hop,
+                              self.label_to_index, self.default_label)  # [F]
+        return {"waveform": waveform, "labels": labels, "id": item["id"]}
 
 
 def collate_frames(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

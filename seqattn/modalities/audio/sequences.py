@@ -34,15 +34,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from seqattn.datakit.items import Item
 from seqattn.datakit.spec import DataSpec
 from seqattn.labels import IGNORE_INDEX
 from seqattn.modalities.audio.corpus import PHONES
-from seqattn.modalities.audio.data import (UtteranceDataModule, audio_predict_loader, collate_audio, resampled_length,
+from seqattn.modalities.audio.data import (CachedAudioDataset, UtteranceDataModule, audio_predict_loader, collate_audio, resampled_length,
                                          warn_short)
-from seqattn.modalities.audio.features import load_audio, ms_to_samples, num_frames
+from seqattn.modalities.audio.features import ms_to_samples, num_frames
 from seqattn.modalities.audio.manifest import read_manifest, resolve_source
 
 log = logging.getLogger("seqattn.modalities.audio")
@@ -94,31 +94,19 @@ def item_sequence(item: Mapping[str, Any], tokens: str, drop: Sequence[str], key
     return [t for t in seq if t not in dropped]
 
 
-class LabelSequenceDataset(Dataset):
+class LabelSequenceDataset(CachedAudioDataset):
     """Utterances with a target token sequence. ``__getitem__`` -> ``dict(waveform [T] float32,
     labels [S] long, id str, unseen bool)``; audio is read on first access and kept in memory."""
 
     def __init__(self, items: Sequence[Mapping[str, Any]], label_names: Sequence[str], sample_rate: int,
                  win: int) -> None:
-        self.items = list(items)
+        super().__init__(items, sample_rate, min_samples=win)
         self.label_to_index = {name: i for i, name in enumerate(label_names)}
-        self.sample_rate, self.win = sample_rate, win
-        self._cache: dict[int, dict[str, Any]] = {}
+        self.win = win
 
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        if index not in self._cache:
-            item = self.items[index]
-            wav = load_audio(item["path"], self.sample_rate)  # [T]
-            if wav.numel() < self.win:
-                raise ValueError(f"{item['where']}: {wav.numel()} samples is shorter than the analysis window "
-                                 f"({self.win} samples)")
-            labels = torch.tensor([self.label_to_index[t] for t in item["sequence"]], dtype=torch.long)  # [S]
-            self._cache[index] = {"waveform": wav, "labels": labels, "id": item["id"],
-                                  "unseen": bool(item.get("unseen", False))}
-        return self._cache[index]
+    def example(self, item: Mapping[str, Any], waveform: torch.Tensor) -> dict[str, Any]:
+        labels = torch.tensor([self.label_to_index[t] for t in item["sequence"]], dtype=torch.long)  # [S]
+        return {"waveform": waveform, "labels": labels, "id": item["id"], "unseen": bool(item.get("unseen", False))}
 
 
 def collate_sequences(batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

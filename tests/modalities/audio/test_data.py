@@ -204,3 +204,37 @@ def test_datamodule_synthetic_end_to_end(tmp_path):
     first = [x["ids"] for x in dm.train_dataloader()]
     assert first == [x["ids"] for x in dm.train_dataloader()]
     assert len(next(iter(dm.val_dataloader()))["ids"]) == 3
+
+
+@pytest.mark.parametrize("kind", ["frames", "sequence", "clip", "unlabelled"])
+def test_every_audio_dataset_names_the_item_of_a_short_or_unreadable_file_and_reads_each_file_once(kind, tmp_path,
+                                                                                                   monkeypatch):
+    from seqattn.modalities.audio import data as audio_data
+    from seqattn.modalities.audio.clips import ClipDataset, UnlabelledClipDataset
+    from seqattn.modalities.audio.sequences import LabelSequenceDataset
+
+    def dataset(path, where):
+        item = {"path": str(path), "where": where, "id": "u", "segments": [(0.0, 0.5, "ah")], "sequence": ["ah"],
+                "label": "ah"}
+        return {"frames": lambda: FrameLabelDataset([item], ["ah"], SR, 400, 160),
+                "sequence": lambda: LabelSequenceDataset([item], ["ah"], SR, 400),
+                "clip": lambda: ClipDataset([item], ["ah"], SR),
+                "unlabelled": lambda: UnlabelledClipDataset([item], SR)}[kind]()
+
+    reads = []
+    real_load = audio_data.load_audio
+    monkeypatch.setattr(audio_data, "load_audio", lambda *a: reads.append(a) or real_load(*a))
+    ds = dataset(_wav(tmp_path / "ok.wav", 0.5), "m.csv:2")
+    first = ds[0]
+    assert ds[0] is first and len(reads) == 1  # read once, then from memory
+    assert first["waveform"].shape == (int(0.5 * SR),)
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not audio")
+    with pytest.raises(ValueError, match=r"^m\.csv:3: .*bad\.wav"):
+        dataset(bad, "m.csv:3")[0]
+    short = dataset(_wav(tmp_path / "short.wav", 0.01), "m.csv:4")  # 160 samples
+    if kind in ("frames", "sequence"):  # these need one analysis window (400 samples)
+        with pytest.raises(ValueError, match=r"^m\.csv:4: 160 samples is shorter than the analysis window"):
+            short[0]
+    else:
+        assert short[0]["waveform"].numel() == 160
