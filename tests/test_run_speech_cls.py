@@ -29,8 +29,13 @@ def test_default_config_composes_cls_pooling_and_augmentation(compose_cfg):
     assert cfg.data._target_.endswith("ClipDataModule") and cfg.head.pooling == "cls"
     assert cfg.adapter._target_.endswith("AugmentedAudioAdapter") and cfg.adapter.win_ms == cfg.data.win_ms
     assert cfg.objective._target_.endswith("SequenceClassification") and cfg.distill.teacher is None
+    assert cfg.net.subsample._target_ == "seqattn.model.stem.SpectrogramStem"  # model=stem_transformer
+    assert cfg.net.encoder._target_ == "seqattn.core.Encoder" and cfg.net.subsample.dim == cfg.model.dim
     cnn = compose_cfg(["task=speech_cls", "model=logmel_cnn", "head.pooling=mean"])
     assert cnn.net.encoder._target_ == "seqattn.model.baselines.SpectrogramCNN"
+    # another model drops the stem with it: the baselines and bare attention see the adapter's frames
+    for model in ("logmel_cnn", "no_context", "transformer"):
+        assert compose_cfg(["task=speech_cls", f"model={model}", "head.pooling=mean"]).net.get("subsample") is None
 
 
 def test_tiny_run_learns_and_reports_per_speaker_accuracy(tiny_run):
