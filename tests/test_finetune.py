@@ -305,3 +305,16 @@ def test_a_text_table_of_another_width_is_an_error_naming_both_shapes_and_the_op
             "adapter.embedding_dim (default model.dim") in str(err.value)
     with pytest.raises(ValueError, match=r"lists no words \(hyper_parameters.spec.vocab\)"):
         init_from_state(wider, old.state_dict(), old.labels, True, source_spec={})
+
+
+def test_a_checkpoint_without_the_conv_stem_names_the_stem_and_the_model_without_it(tmp_path, workflow_data_dir):
+    """speech_cls's default model=stem_transformer has net.subsample tensors a masked-frame pretrained (or
+    model=transformer) checkpoint lacks: the error lists them and names model=transformer; with it, it loads."""
+    overrides = TASKS["speech_cls"].overrides + QUIET
+    bare = _objective(compose(overrides + ["model=transformer"], tmp_path / "bare", workflow_data_dir))
+    stem = _objective(compose(overrides, tmp_path / "stem", workflow_data_dir))
+    with pytest.raises(ValueError, match=r"net\.subsample\.cnn\..*not in the checkpoint(.|\n)*model=transformer"):
+        init_from_state(stem, bare.state_dict(), bare.labels, resize_positional_table=True)
+    again = _objective(compose(overrides + ["model=transformer"], tmp_path / "again", workflow_data_dir))
+    report = init_from_state(again, bare.state_dict(), bare.labels, resize_positional_table=True)
+    assert report["loaded"] and not any("subsample" in n for n in report["loaded"])

@@ -127,8 +127,10 @@ def case_fsdd_pretrain(ctx: Context) -> Result:
     metrics, pretrain_s = _pretrain_once(ctx, pretrain, "fsdd_pretrain")
     ckpt = ctx.work / "pretrain" / "checkpoints" / "best.ckpt"
     ctx.log(f"fsdd_pretrain: pretrained {epochs} epochs in {pretrain_s:.0f} s: test/loss {metrics['test/loss']:.3f}")
-    scratch = ["task=speech_cls", f"data.manifest={manifest}", f"data.train_fraction={FRACTION}", "cpu_threads=1",
-               "plot=false", *_finetune_length(ctx)]
+    # model=transformer: the pretrained network has no conv stem (masked-frame pretraining needs one output per
+    # adapter frame), so both sides fine-tune the encoder it pretrained, not speech_cls's default stem_transformer
+    scratch = ["task=speech_cls", f"data.manifest={manifest}", f"data.train_fraction={FRACTION}", "model=transformer",
+               "cpu_threads=1", "plot=false", *_finetune_length(ctx)]
     pretrained = scratch + [f"init_from={ckpt}"]
     return _pretrained_vs_scratch(
         ctx, "fsdd_pretrain", pretrained, scratch,

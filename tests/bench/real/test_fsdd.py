@@ -100,4 +100,7 @@ def test_case_runs_both_manifests_with_the_cnn_on_the_same_split(tmp_path):
         assert f"{stem}.csv" in (cnn_run / "config.yaml").read_text()
         assert "SpectrogramCNN" in (cnn_run / "config.yaml").read_text()
         assert "SpectrogramCNN" not in (ctx.work / stem / "seqattn_0" / "config.yaml").read_text()
+        # the recipe's conv stem stays on its side: the reference is the plain CNN
+        assert "SpectrogramStem" in (ctx.work / stem / "seqattn_0" / "config.yaml").read_text()
+        assert "SpectrogramStem" not in (cnn_run / "config.yaml").read_text()
     assert len(lines) == 2 and lines[0].startswith("fsdd manifest_official seed 0")

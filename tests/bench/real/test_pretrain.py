@@ -121,6 +121,7 @@ def test_fsdd_case_pretrains_on_the_training_clips_with_the_fine_tunes_features(
     assert f"trainer.max_epochs={1 if quick else pretrain_case.FSDD_PRETRAIN_EPOCHS}" in pretrain
     tuned = calls["overrides"]
     assert "task=speech_cls" in tuned and "data.train_fraction=0.1" in tuned and f"data.manifest={manifest}" in tuned
+    assert "model=transformer" in tuned  # the pretrained encoder, without speech_cls's default conv stem
     assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
     _assert_length_chosen_on_dev(tuned, quick)
     assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
