@@ -203,10 +203,13 @@ def test_freesolv_cases_pretrain_once_without_any_evaluated_test_molecule(tmp_pa
         assert "task=molecule" in tuned and f"data.path={folder / 'freesolv.csv'}" in tuned
         assert ("data.train_fraction=0.1" in tuned) == (fraction is not None)
         assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
+        # the pretrained arm's learning-rate multiplier chosen on val (10 %: 3; all labels: the default 1)
+        assert ("finetune.pretrained_lr_mult=3" in tuned) == (fraction is not None)
         assert calls["key"] == "test/rmse_expt" and calls["seeds"] == (1 if quick else 3)
         assert ("budget.steps=500" in tuned) == quick  # full: the recipe's own length, best val epoch tested
         scratch = results[name].notes.split("scratch:")[1].split(";")[0]
-        assert "init_from" not in scratch and ("data.train_fraction=0.1" in scratch) == (fraction is not None)
+        assert "init_from" not in scratch and "finetune" not in scratch
+        assert ("data.train_fraction=0.1" in scratch) == (fraction is not None)
         assert results[name].lower_is_better and "best val loss / epochs run per seed" in results[name].notes
     (pretrain,) = runs  # one pretraining serves both cases
     assert "task=molecule_pretrain" in pretrain and f"trainer.max_epochs={1 if quick else 10}" in pretrain
