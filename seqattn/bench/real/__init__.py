@@ -41,6 +41,8 @@ CASES: dict[str, str] = {
     "lines": "lines",
     "lines_pretrain": "pretrain",
     "fsdd_pretrain": "pretrain",
+    "freesolv_pretrain": "pretrain",
+    "freesolv_pretrain_full": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
 }
@@ -124,14 +126,14 @@ def run_recipe(overrides: list[str], out_dir: Path, timeout: float = 1800) -> tu
 
 
 def compare_seeds(ctx: "Context", label: str, overrides: list[str], seeds: int, reference: Callable[[int], float],
-                  reference_name: str) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Per seed: the seqattn recipe (``overrides`` + ``seed=``, its ``test/acc``) and ``reference(seed)``
-    (a metric), each timed; ``ctx.seeds`` (when set) overrides ``seeds``. Returns
+                  reference_name: str, key: str = "test/acc") -> tuple[list[float], list[float], list[float], list[float]]:
+    """Per seed: the seqattn recipe (``overrides`` + ``seed=``, its metric ``key`` of metrics.json) and
+    ``reference(seed)`` (a metric), each timed; ``ctx.seeds`` (when set) overrides ``seeds``. Returns
     ``(seqattn, seqattn seconds, reference, reference seconds)``."""
     ours, ours_s, ref, ref_s = [], [], [], []
     for seed in range(ctx.seeds or seeds):
         metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
-        ours.append(metrics["test/acc"])
+        ours.append(metrics[key])
         ours_s.append(seconds)
         start = time.perf_counter()
         ref.append(reference(seed))
@@ -140,10 +142,10 @@ def compare_seeds(ctx: "Context", label: str, overrides: list[str], seeds: int, 
     return ours, ours_s, ref, ref_s
 
 
-def recipe_reference(ctx: "Context", overrides: list[str], name: str) -> Callable[[int], float]:
-    """A reference that is itself a recipe run (``overrides`` + ``seed=``): its ``test/acc``."""
+def recipe_reference(ctx: "Context", overrides: list[str], name: str, key: str = "test/acc") -> Callable[[int], float]:
+    """A reference that is itself a recipe run (``overrides`` + ``seed=``): its metric ``key`` (metrics.json)."""
     def run_seed(seed: int) -> float:
-        return run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"{name}_{seed}")[0]["test/acc"]
+        return run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"{name}_{seed}")[0][key]
 
     return run_seed
 

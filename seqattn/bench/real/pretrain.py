@@ -1,4 +1,7 @@
-"""Few-label tagging with and without masked-word pretraining on UD English-LinES (issue 22).
+"""Pretrained vs from scratch on real data (issue 22): ``lines_pretrain`` (below), ``fsdd_pretrain``
+(:func:`case_fsdd_pretrain`) and ``freesolv_pretrain`` / ``freesolv_pretrain_full`` (:func:`_freesolv_pretrain`).
+
+Few-label tagging with and without masked-word pretraining on UD English-LinES:
 
 1. ``task=text_pretrain`` on the words of ALL training sentences (``train.conllu``, tags not read; dev's
    words choose the checkpoint by ``val/loss``), through the custom-data path of its README;
@@ -18,8 +21,10 @@ One pretraining run (seed 0) serves every seed's fine-tune; its wall time is in 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from pathlib import Path
 
 from seqattn.bench.real import Context, Result, command_line, compare_seeds, recipe_reference, run_recipe
 from seqattn.bench.real.lines import _files
@@ -63,17 +68,21 @@ def _finetune_length(ctx: Context) -> list[str]:
 
 
 def _pretrained_vs_scratch(ctx: Context, case: str, pretrained: list[str], scratch: list[str], title: str,
-                           metric: str, pretraining: str, val_name: str) -> Result:
-    """Per seed, the fine-tune ``pretrained`` (seqattn column) beside ``scratch`` (reference column); the notes
-    give ``pretraining`` (its wall, epochs, score and command), the scratch command and each run's best
-    validation accuracy and epochs (``val_name``: what the validation split is called)."""
+                           metric: str, pretraining: str, val_name: str, key: str = "test/acc",
+                           val_key: str = "best_val/acc", lower_is_better: bool = False,
+                           quick_note: str = "QUICK: 1 seed, pretraining 1 epoch, fine-tunes 2 epochs; ") -> Result:
+    """Per seed, the fine-tune ``pretrained`` (seqattn column) beside ``scratch`` (reference column), each
+    scored by ``key`` of its metrics.json; the notes give ``pretraining`` (its wall, epochs, score and command),
+    the scratch command and each run's best validation score (``val_key``) and epochs (``val_name``: what the
+    validation split is called)."""
     ours, ours_s, ref, ref_s = compare_seeds(ctx, case, pretrained, ctx.choose(SEEDS, 1),
-                                             recipe_reference(ctx, scratch, "scratch"), "scratch")
-    best = {arm: _dev_summary(ctx, arm, len(ours)) for arm in ("seqattn", "scratch")}
-    return Result(title, metric, False, ours, ref, "the same recipe from scratch", ours_s, ref_s,
+                                             recipe_reference(ctx, scratch, "scratch", key), "scratch", key=key)
+    best = {arm: _dev_summary(ctx, arm, len(ours), val_key) for arm in ("seqattn", "scratch")}
+    what = val_key.removeprefix("best_").replace("val/", f"{val_name} ")
+    return Result(title, metric, lower_is_better, ours, ref, "the same recipe from scratch", ours_s, ref_s,
                   command_line(pretrained),
-                  notes=ctx.choose("", "QUICK: 1 seed, pretraining 1 epoch, fine-tunes 2 epochs; ")
-                  + f"{pretraining}; scratch: {command_line(scratch)}; best {val_name} acc / epochs run per seed: "
+                  notes=ctx.choose("", quick_note)
+                  + f"{pretraining}; scratch: {command_line(scratch)}; best {what} / epochs run per seed: "
                   f"pretrained {best['seqattn']}, scratch {best['scratch']}")
 
 
@@ -92,12 +101,12 @@ def _pretrain_once(ctx: Context, pretrain: list[str], label: str) -> tuple[dict,
     return metrics, seconds
 
 
-def _dev_summary(ctx: Context, arm: str, seeds: int) -> str:
-    """``0.868 (62 ep), ...``: each seed's best dev accuracy and epochs run, from its metrics.json."""
+def _dev_summary(ctx: Context, arm: str, seeds: int, val_key: str = "best_val/acc") -> str:
+    """``0.868 (62 ep), ...``: each seed's best validation score (``val_key``) and epochs run, from its metrics.json."""
     rows = []
     for seed in range(seeds):
         metrics = json.loads((ctx.work / f"{arm}_{seed}" / "metrics.json").read_text())
-        rows.append(f"{metrics['best_val/acc']:.4f} ({metrics['epochs']} ep)")
+        rows.append(f"{metrics[val_key]:.4f} ({metrics['epochs']} ep)")
     return ", ".join(rows)
 
 
@@ -138,3 +147,148 @@ def case_fsdd_pretrain(ctx: Context) -> Result:
         "(pretrained on all 1,800 training clips)", "test accuracy",
         f"pretraining ({pretrain_s:.0f} s wall, {epochs} epochs, test masked-frame loss {metrics['test/loss']:.3f}): "
         f"{command_line(pretrain)}", "val")
+
+
+#: FreeSolv: the seeds of the evaluated splits (the labelled ``freesolv`` case's random 80/10/10 split by seed),
+#: the masked-atom pretraining's epochs, and the few-label share
+FREESOLV_SEEDS = 3
+FREESOLV_PRETRAIN_EPOCHS = 10
+#: the unlabelled molecules: every SMILES of these files under ``<data>/molecules`` (targets unused) ...
+FREESOLV_PRETRAIN_FILES = ("freesolv.csv", "lipophilicity.csv")
+#: ... and the NCI molecules RDKit ships (under ``rdkit.RDConfig.RDDataDir``)
+NCI_SMI = ("NCI", "first_5K.smi")
+#: the pretrained arm's ``finetune.pretrained_lr_mult`` per labelled share, chosen on validation (best val loss,
+#: mean of seeds 0-2, 10 %: 3 -> 0.180, 1 -> 0.195, 0.3 -> 0.491; scratch 0.210; tasks/molecule_pretrain/README.md)
+FREESOLV_PRETRAINED_LR_MULT = {FRACTION: 3.0, 1.0: 1.0}
+
+
+def nci_smiles_path() -> Path:
+    """The NCI SMILES file RDKit ships (``<RDDataDir>/NCI/first_5K.smi``: one SMILES and an id per line)."""
+    from rdkit import RDConfig
+
+    return Path(RDConfig.RDDataDir).joinpath(*NCI_SMI)
+
+
+def canonical(smiles: str) -> str | None:
+    """RDKit's canonical SMILES of ``smiles``, or None when the featuriser's parser rejects it."""
+    from rdkit import Chem
+
+    from seqattn.modalities.graph.molecules import parse_smiles
+
+    mol = parse_smiles(smiles)
+    return None if mol is None else Chem.MolToSmiles(mol)
+
+
+def write_pretrain_smiles(folder: Path, sources: list[Path], exclude: set[str]) -> tuple[Path, dict[str, dict[str, int]]]:
+    """Every SMILES of ``sources`` (CSVs with a ``smiles`` column, or ``.smi`` files: one SMILES per line) whose
+    canonical form is not in ``exclude`` (canonical SMILES: the evaluated test molecules), once each, into
+    ``folder/pretrain_<hash>.smi`` (one canonical SMILES per line; the name changes with the content, so a
+    finished pretraining is reused only for the same molecules). Returns the file and, per source file name,
+    the counts ``read``, ``invalid`` (the parser rejects it: left out), ``excluded``, ``duplicate`` (already
+    written from this or an earlier source) and ``written``."""
+    from seqattn.modalities.graph.molecules import read_smiles_lines, read_smiles_table
+
+    kept: list[str] = []
+    seen: set[str] = set()
+    counts: dict[str, dict[str, int]] = {}
+    for source in sources:
+        records = (read_smiles_lines(source) if source.suffix.lower() in (".smi", ".txt")
+                   else read_smiles_table(source, "smiles", []))
+        count = counts[source.name] = {"read": len(records), "invalid": 0, "excluded": 0, "duplicate": 0, "written": 0}
+        for record in records:
+            smiles = canonical(record["smiles"])
+            reason = ("invalid" if smiles is None else "excluded" if smiles in exclude
+                      else "duplicate" if smiles in seen else "written")
+            count[reason] += 1
+            if reason == "written":
+                seen.add(smiles)
+                kept.append(smiles)
+    text = "".join(f"{smiles}\n" for smiles in kept)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"pretrain_{hashlib.sha1(text.encode()).hexdigest()[:10]}.smi"
+    path.write_text(text)
+    return path, counts
+
+
+def evaluated_test_smiles(overrides: list[str], seeds: int) -> set[str]:
+    """The canonical SMILES of the test molecules of ``python -m seqattn.run <overrides> seed=<s>`` for every
+    seed below ``seeds``: the run's own DataModule (``overrides`` composed as the run composes them, its ``data``
+    instantiated and set up), so the split is the one the fine-tunes evaluate on."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from seqattn.configs import CONFIG_DIR
+
+    out: set[str] = set()
+    for seed in range(seeds):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=[*overrides, f"seed={seed}"])
+        datamodule = instantiate(cfg.data)
+        datamodule.setup("fit")
+        out |= {canonical(g["smiles"]) for g in datamodule.datasets["test"].graphs}
+    return out
+
+
+def case_freesolv_pretrain(ctx: Context) -> Result:
+    """FreeSolv with 10 % of its training molecules labelled, with and without masked-atom pretraining."""
+    return _freesolv_pretrain(ctx, FRACTION)
+
+
+def case_freesolv_pretrain_full(ctx: Context) -> Result:
+    """FreeSolv with all its training molecules labelled, with and without masked-atom pretraining."""
+    return _freesolv_pretrain(ctx, 1.0)
+
+
+def _freesolv_pretrain(ctx: Context, fraction: float) -> Result:
+    """FreeSolv with and without masked-atom pretraining (issue 22).
+
+    1. The unlabelled molecules: every SMILES of ``<data>/molecules/{freesolv,lipophilicity}.csv`` (targets
+       not read) and the NCI molecules RDKit ships, once each (canonical SMILES), **without the test molecules
+       of every evaluated split** (the labelled ``freesolv`` case's random split, seeds ``0..seeds-1``), written
+       into the work folder (:func:`write_pretrain_smiles`);
+    2. ``task=molecule_pretrain`` on them (``FREESOLV_PRETRAIN_EPOCHS``; its own random 10 % chooses the
+       checkpoint by ``val/loss``), one run (seed 0) shared by both cases (``freesolv_pretrain`` and
+       ``freesolv_pretrain_full``: the folder ``<work>/../freesolv_pretraining``);
+    3. per seed, ``task=molecule`` on FreeSolv (target ``expt``, the ``freesolv`` case's split) with
+       ``data.train_fraction=fraction`` of the training molecules labelled (the same seeded sample in both
+       arms; val and test untouched): ``init_from=<pretrain run>/checkpoints/best.ckpt`` (with the
+       ``finetune.pretrained_lr_mult`` of :data:`FREESOLV_PRETRAINED_LR_MULT`, chosen on val) vs the same recipe
+       from scratch. Both arms train as the recipe does (``budget.steps=5000``, capped at ``budget.max_epochs`` on
+       the few-label set with early-stopping patience a quarter of the epochs) and test the best val/loss
+       epoch's checkpoint: the length is chosen on validation, the same way in both arms.
+    """
+    freesolv = ctx.data / "molecules" / "freesolv.csv"
+    sources = [ctx.data / "molecules" / name for name in FREESOLV_PRETRAIN_FILES] + [nci_smiles_path()]
+    missing = [str(p) for p in sources if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no {', '.join(missing)}")
+    seeds = ctx.seeds or ctx.choose(FREESOLV_SEEDS, 1)
+    label = "freesolv_pretrain" + ("" if fraction < 1.0 else "_full")
+    scratch = ["task=molecule", f"data.path={freesolv}", "data.target_columns=[expt]", "cpu_threads=1", "plot=false",
+               *([f"data.train_fraction={fraction}"] if fraction < 1.0 else []),
+               *ctx.choose([], ["budget.steps=500", "budget.max_epochs=30"])]
+    exclude = evaluated_test_smiles(scratch + ctx.extra, seeds)
+    shared = Context(data=ctx.data, work=ctx.work.parent / "freesolv_pretraining", seeds=ctx.seeds, log=ctx.log,
+                     extra=ctx.extra, quick=ctx.quick)
+    smi, counts = write_pretrain_smiles(shared.work, sources, exclude)
+    epochs = ctx.choose(FREESOLV_PRETRAIN_EPOCHS, 1)
+    pretrain = ["task=molecule_pretrain", f"data.path={smi}", f"trainer.max_epochs={epochs}", "cpu_threads=1",
+                "seed=0"]
+    metrics, pretrain_s = _pretrain_once(shared, pretrain, label)
+    ckpt = shared.work / "pretrain" / "checkpoints" / "best.ckpt"
+    written = sum(c["written"] for c in counts.values())
+    made = (f"{written} molecules ({', '.join(f'{name}: {c}' for name, c in counts.items())}; the "
+            f"{len(exclude)} test molecules of seeds 0..{seeds - 1} excluded)")
+    ctx.log(f"{label}: pretrained {epochs} epochs in {pretrain_s:.0f} s on {made}: test/loss "
+            f"{metrics['test/loss']:.3f}, test/acc {metrics['test/acc']:.3f}")
+    mult = FREESOLV_PRETRAINED_LR_MULT[fraction]
+    pretrained = scratch + [f"init_from={ckpt}", *([f"finetune.pretrained_lr_mult={mult:g}"] if mult != 1.0 else [])]
+    share = f"{fraction:.0%} of the" if fraction < 1.0 else "all"
+    return _pretrained_vs_scratch(
+        ctx, label, pretrained, scratch,
+        f"FreeSolv, {share} training molecules labelled (random 80/10/10 by seed; pretrained on {written:,} "
+        "unlabelled molecules)", "test RMSE (expt, kcal/mol)",
+        f"pretraining ({pretrain_s:.0f} s wall, {epochs} epochs, test masked-atom acc {metrics['test/acc']:.3f}, on "
+        f"{made}): {command_line(pretrain)}", "val", key="test/rmse_expt", val_key="best_val/loss",
+        lower_is_better=True, quick_note="QUICK: 1 seed, pretraining 1 epoch, fine-tunes budget.steps=500 "
+        "(at most 30 epochs); ")

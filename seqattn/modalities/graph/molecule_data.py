@@ -122,6 +122,9 @@ class MoleculeDataModule(TaskDataModule):
         cache: keep the featurised graphs under ``data_dir/molecules/``.
         bucket_by_length, bucket_batches: training batches of molecules of similar sizes (shuffled pools
             of ``bucket_batches`` batches sorted by atom count): less padding in every layer.
+        train_fraction: keep this share of the training molecules (a seeded sample, after the split: the
+            val and test molecules are those of ``train_fraction=1``); the target statistics are the kept
+            molecules'. Few-label runs (fine-tuning from a pretrained checkpoint).
 
     Missing target values (an empty cell, ``nan``) are masked out of that target's loss and metrics;
     ``setup()`` logs their count per target and split (:meth:`missing_targets`).
@@ -154,6 +157,7 @@ class MoleculeDataModule(TaskDataModule):
         encoding: str = "utf-8",
         bucket_by_length: bool = False,
         bucket_batches: int = 50,
+        train_fraction: float = 1.0,
     ) -> None:
         if source is None:
             source = "csv" if path else ("moleculenet" if moleculenet else "nci_tpsa")
@@ -172,7 +176,8 @@ class MoleculeDataModule(TaskDataModule):
             raise ValueError(f"positional={positional!r} is not one of {GRAPH_POSITIONALS}")
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, encoding=encoding,
-                         bucket_by_length=bucket_by_length, bucket_batches=bucket_batches)
+                         bucket_by_length=bucket_by_length, bucket_batches=bucket_batches,
+                         train_fraction=train_fraction)
         self.source, self.path, self.moleculenet = source, path, moleculenet
         self.smiles_column, self.id_column = smiles_column, id_column
         if source == "nci_tpsa":
@@ -297,6 +302,7 @@ class MoleculeDataModule(TaskDataModule):
                           group=lambda g: g["scaffold"], group_order="largest_first", what="molecules")
         else:
             parts = split(graphs, self.val_fraction, self.test_fraction, self.seed, given=given, what="molecules")
+        parts["train"] = self.subsample_train(list(parts["train"]))  # train_fraction; val and test untouched
         if not parts["train"]:
             raise ValueError(f"no training molecules after the {self.split} split ({ {k: len(v) for k, v in parts.items()} })")
         for name, part in parts.items():

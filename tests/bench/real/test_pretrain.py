@@ -1,10 +1,11 @@
-"""The ``lines_pretrain`` and ``fsdd_pretrain`` cases of ``python -m seqattn.bench real`` (issue 22): listed,
+"""The ``lines_pretrain``, ``fsdd_pretrain`` and ``freesolv_pretrain(_full)`` cases of ``python -m seqattn.bench real`` (issue 22): listed,
 skipped with the missing file named (nothing trained) when the data is absent, and the runs they make (the
 runners replaced by recorders: nothing trained)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -69,13 +70,13 @@ def _recording_compare(calls):
     """A ``compare_seeds`` that records its arguments and writes each arm's metrics.json as a run would."""
     import json
 
-    def compare(ctx, label, overrides, seeds, reference, reference_name):
-        calls.update(overrides=overrides, seeds=seeds)
+    def compare(ctx, label, overrides, seeds, reference, reference_name, key="test/acc"):
+        calls.update(overrides=overrides, seeds=seeds, key=key)
         for seed in range(seeds):
             for arm, acc, epochs in (("seqattn", 0.8, 40), ("scratch", 0.7, 30)):
                 (ctx.work / f"{arm}_{seed}").mkdir(parents=True, exist_ok=True)
                 (ctx.work / f"{arm}_{seed}" / "metrics.json").write_text(
-                    json.dumps({"best_val/acc": acc, "epochs": epochs, "test/acc": acc}))
+                    json.dumps({"best_val/acc": acc, "best_val/loss": 1 - acc, "epochs": epochs, "test/acc": acc}))
         return [0.8] * seeds, [1.0] * seeds, [0.7] * seeds, [1.0] * seeds
 
     return compare
@@ -126,3 +127,101 @@ def test_fsdd_case_pretrains_on_the_training_clips_with_the_fine_tunes_features(
     _assert_length_chosen_on_dev(tuned, quick)
     assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
     assert "init_from" not in result.notes.split("scratch:")[1] and ("QUICK" in result.notes) == quick
+
+
+# ------------------------------------------------------------------------------------------------
+# FreeSolv: masked-atom pretraining on FreeSolv + Lipophilicity + NCI SMILES, the test molecules excluded
+# ------------------------------------------------------------------------------------------------
+#: 40 small molecules, distinct after canonicalisation (a FreeSolv-like file: iupac,smiles,expt,calc)
+FREESOLV_SMILES = ["C" * n + tail for tail in ("", "O", "N", "Cl") for n in range(1, 11)]
+
+
+def _molecule_data(tmp_path):
+    """``<data>/molecules/{freesolv,lipophilicity}.csv`` (tiny) and the canonical SMILES of each seed's test split
+    of the fine-tune's data (computed here with the DataModule, independently of the case)."""
+    from seqattn.modalities.graph.molecule_data import MoleculeDataModule
+
+    folder = tmp_path / "data" / "molecules"
+    folder.mkdir(parents=True)
+    (folder / "freesolv.csv").write_text("iupac,smiles,expt,calc\n" + "".join(
+        f"m{i},{s},{-i / 4},{-i / 5}\n" for i, s in enumerate(FREESOLV_SMILES)))
+    (folder / "lipophilicity.csv").write_text("smiles,target\nc1ccccc1O,1.5\nc1ccccc1N,2.5\n")
+    tests = {}
+    for seed in range(3):
+        dm = MoleculeDataModule(path=str(folder / "freesolv.csv"), target_columns=["expt"], seed=seed,
+                                data_dir=str(tmp_path / "cache"), cache=False)
+        dm.setup()
+        tests[seed] = {pretrain_case.canonical(g["smiles"]) for g in dm.datasets["test"].graphs}
+    return folder, tests
+
+
+def test_pretrain_smiles_leave_out_the_excluded_and_count_what_they_drop(tmp_path):
+    folder, _ = _molecule_data(tmp_path)
+    nci = tmp_path / "nci.smi"
+    nci.write_text("OCC 1\nc1ccccc1S 2\nnot_a_smiles 3\nc1ccccc1S 4\nC(=O)O 5\n")
+    sources = [folder / "freesolv.csv", folder / "lipophilicity.csv", nci]
+    exclude = {pretrain_case.canonical("CCO"), pretrain_case.canonical("CCCN")}
+    path, counts = pretrain_case.write_pretrain_smiles(tmp_path / "work", sources, exclude)
+    written = path.read_text().splitlines()
+    assert path.parent == tmp_path / "work" and path.suffix == ".smi"
+    assert not set(written) & exclude and "CCO" not in written  # "OCC" (NCI) is the excluded CCO: dropped as well
+    assert {pretrain_case.canonical("c1ccccc1S"), pretrain_case.canonical("C(=O)O")} <= set(written)  # NCI kept
+    assert pretrain_case.canonical("c1ccccc1O") in written and pretrain_case.canonical("CCCCC") in written
+    assert len(written) == len(set(written)) == 40 - 2 + 2 + 2  # each molecule once
+    assert counts["freesolv.csv"] == {"read": 40, "invalid": 0, "excluded": 2, "duplicate": 0, "written": 38}
+    assert counts["nci.smi"] == {"read": 5, "invalid": 1, "excluded": 1, "duplicate": 1, "written": 2}
+    again, _ = pretrain_case.write_pretrain_smiles(tmp_path / "work", sources, set())
+    assert again != path and len(again.read_text().splitlines()) == 44  # another content, another file
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_freesolv_cases_pretrain_once_without_any_evaluated_test_molecule(tmp_path, monkeypatch, quick):
+    folder, tests = _molecule_data(tmp_path)
+    test_molecules = set().union(*(tests[s] for s in range(1 if quick else 3)))
+    unseen = sorted(set().union(*tests.values()) - test_molecules)  # quick: seed 1's and 2's test molecules
+    nci = tmp_path / "nci.smi"
+    one_test = sorted(tests[0])[0]
+    nci.write_text(f"c1ccccc1S 1\nC(=O)O 2\n{one_test} 3\n")  # an evaluated test molecule in the NCI file
+    monkeypatch.setattr(pretrain_case, "nci_smiles_path", lambda: nci)
+    runs, calls = [], {}
+
+    def run_recipe(overrides, out):
+        runs.append(overrides)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text('{"test/loss": 0.4, "test/acc": 0.9}')
+        return {"test/loss": 0.4, "test/acc": 0.9}, 1.0
+
+    monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
+    monkeypatch.setattr(pretrain_case, "compare_seeds", _recording_compare(calls))
+    extra = [f"paths.data_dir={tmp_path / 'cache'}"]
+    results = {}
+    for name, fraction in (("freesolv_pretrain", 0.1), ("freesolv_pretrain_full", None)):
+        assert CASES[name] == "pretrain"
+        ctx = Context(data=tmp_path / "data", work=tmp_path / "w" / name, seeds=None, log=print, extra=extra,
+                      quick=quick)
+        results[name] = getattr(pretrain_case, f"case_{name}")(ctx)
+        tuned = calls["overrides"]
+        assert "task=molecule" in tuned and f"data.path={folder / 'freesolv.csv'}" in tuned
+        assert ("data.train_fraction=0.1" in tuned) == (fraction is not None)
+        assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
+        # the pretrained arm's learning-rate multiplier chosen on val (10 %: 3; all labels: the default 1)
+        assert ("finetune.pretrained_lr_mult=3" in tuned) == (fraction is not None)
+        assert calls["key"] == "test/rmse_expt" and calls["seeds"] == (1 if quick else 3)
+        assert ("budget.steps=500" in tuned) == quick  # full: the recipe's own length, best val epoch tested
+        scratch = results[name].notes.split("scratch:")[1].split(";")[0]
+        assert "init_from" not in scratch and "finetune" not in scratch
+        assert ("data.train_fraction=0.1" in scratch) == (fraction is not None)
+        assert results[name].lower_is_better and "best val loss / epochs run per seed" in results[name].notes
+    (pretrain,) = runs  # one pretraining serves both cases
+    assert "task=molecule_pretrain" in pretrain and f"trainer.max_epochs={1 if quick else 10}" in pretrain
+    smi = Path(next(o for o in pretrain if o.startswith("data.path=")).split("=", 1)[1])
+    assert smi.parent == tmp_path / "w" / "freesolv_pretraining"  # the work folder, never the repository
+    written = set(smi.read_text().splitlines())
+    assert not written & test_molecules  # no test molecule of an evaluated split, from FreeSolv or from NCI
+    assert set(unseen) <= written  # only the evaluated seeds' test molecules are left out
+    assert {pretrain_case.canonical("c1ccccc1S"), pretrain_case.canonical("C(=O)O")} <= written  # the NCI molecules are in
+    assert pretrain_case.canonical("c1ccccc1O") in written  # Lipophilicity's too
+    train0 = {pretrain_case.canonical(s) for s in FREESOLV_SMILES} - test_molecules
+    assert train0 <= written and len(written) == len(train0) + 2 + 2
+    assert f"{len(test_molecules)} test molecules of seeds 0..{0 if quick else 2} excluded" in results[
+        "freesolv_pretrain"].notes

@@ -286,3 +286,29 @@ def test_bucketed_training_batches_hold_every_molecule_once_and_pad_less(tmp_pat
         padded[bucket] = pads
         assert dm.item_length(train, 0) == train[0]["x"].shape[0]
     assert padded[True] < 0.5 * padded[False]
+
+
+def test_train_fraction_keeps_a_seeded_share_of_the_training_molecules_only(tmp_path):
+    """``data.train_fraction`` (few-label fine-tunes): the val and test molecules are those of the full run,
+    the training molecules a seeded sample of the full run's (file order), the target statistics theirs."""
+    path = tmp_path / "m.csv"
+    path.write_text("smiles,y\n" + "".join(f"{'C' * (i % 9 + 1)}{'O' * (i // 9)},{i}\n" for i in range(60)))
+
+    def setup(**kw):
+        dm = MoleculeDataModule(source="csv", path=str(path), target_columns=["y"], data_dir=str(tmp_path / "cache"),
+                                batch_size=4, **kw)
+        dm.setup()
+        return dm, {name: [g["smiles"] for g in dm.datasets[name].graphs] for name in ("train", "val", "test")}
+
+    full, all_parts = setup(seed=1)
+    few, parts = setup(seed=1, train_fraction=0.25)
+    assert (parts["val"], parts["test"]) == (all_parts["val"], all_parts["test"])  # the evaluated split: the same
+    assert len(all_parts["train"]) == 48 and len(parts["train"]) == 12
+    assert set(parts["train"]) < set(all_parts["train"])
+    assert parts["train"] == [s for s in all_parts["train"] if s in set(parts["train"])]  # file order kept
+    values = [float(g["targets"][0]) for g in few.datasets["train"].graphs]
+    assert few.target_mean == [pytest.approx(sum(values) / len(values))] != full.target_mean
+    assert setup(seed=1, train_fraction=0.25)[1]["train"] == parts["train"]  # deterministic by seed
+    assert setup(seed=2, train_fraction=0.25)[1]["train"] != parts["train"]
+    with pytest.raises(ValueError, match=r"train_fraction=1.5 must be a number in \(0, 1\]"):
+        MoleculeDataModule(source="csv", path=str(path), target_columns=["y"], train_fraction=1.5)
