@@ -41,6 +41,7 @@ CASES: dict[str, str] = {
     "lines": "lines",
     "lines_pretrain": "pretrain",
     "fsdd_pretrain": "pretrain",
+    "cora_pretrain": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
 }
