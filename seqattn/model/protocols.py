@@ -27,7 +27,8 @@ Adapter (:class:`AdapterBase`):
     ``token_targets(batch) -> TokenTargets``  what masked-token pretraining
                           (:mod:`seqattn.objectives.masked`) predicts at each token, computed from the
                           clean batch (before any masking): ``kind`` ``"class"`` (``values [B, L]`` long,
-                          ``size`` classes) or ``"regression"`` (``values [B, L, F]`` float, ``size`` = F),
+                          ``size`` classes), ``"regression"`` (``values [B, L, F]`` float, ``size`` = F) or
+                          ``"binary"`` (``values [B, L, F]`` in ``[0, 1]``: several features present at once),
                           and ``maskable [B, L]`` bool (real tokens that may be hidden: never padding).
                           ``L`` is the adapter's token axis. Default: ``ValueError`` (the adapter declares
                           no token targets).

@@ -1,4 +1,7 @@
-"""Few-label tagging with and without masked-word pretraining on UD English-LinES (issue 22).
+"""Few labels with and without masked-token pretraining (issue 22): UD English-LinES tagging (``lines_pretrain``,
+below), FSDD spoken digits (:func:`case_fsdd_pretrain`) and Cora's 140 labelled papers (:func:`case_cora_pretrain`).
+
+LinES:
 
 1. ``task=text_pretrain`` on the words of ALL training sentences (``train.conllu``, tags not read; dev's
    words choose the checkpoint by ``val/loss``), through the custom-data path of its README;
