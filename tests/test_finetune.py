@@ -123,9 +123,10 @@ def test_an_adapter_fed_other_inputs_than_the_checkpoints_is_a_warning_naming_bo
 
     from seqattn.training.finetune import input_differences
 
-    assert input_differences({"f_max": 4000, "dropout": 0.3, "n_mels": 40, "_target_": "A", "crop": 1.0},
-                             {"f_max": None, "dropout": 0.1, "n_mels": 40, "_target_": "B"}) == [
-        "f_max=4000 (checkpoint: None)"]
+    assert input_differences({"f_max": 4000, "dropout": 0.3, "n_mels": 40, "_target_": "A", "crop": 1.0,
+                              "node_target": "features"},
+                             {"f_max": None, "dropout": 0.1, "n_mels": 40, "_target_": "B", "node_target": "present"}) == [
+        "f_max=4000 (checkpoint: None)"]  # what a pretraining predicts (node_target) is no input either
     assert input_differences(None, {"f_max": None}) == [] and input_differences({"f_max": 1}, None) == []
     base = tiny_run("speech_cls")
     model = _objective(compose(TASKS["speech_cls"].overrides + QUIET, tmp_path / "run", workflow_data_dir))

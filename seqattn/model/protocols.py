@@ -27,7 +27,8 @@ Adapter (:class:`AdapterBase`):
     ``token_targets(batch) -> TokenTargets``  what masked-token pretraining
                           (:mod:`seqattn.objectives.masked`) predicts at each token, computed from the
                           clean batch (before any masking): ``kind`` ``"class"`` (``values [B, L]`` long,
-                          ``size`` classes) or ``"regression"`` (``values [B, L, F]`` float, ``size`` = F),
+                          ``size`` classes), ``"regression"`` (``values [B, L, F]`` float, ``size`` = F) or
+                          ``"binary"`` (``values [B, L, F]`` in ``[0, 1]``: several features present at once),
                           and ``maskable [B, L]`` bool (real tokens that may be hidden: never padding).
                           ``L`` is the adapter's token axis. Default: ``ValueError`` (the adapter declares
                           no token targets).
@@ -81,7 +82,7 @@ from seqattn.core.tokens import Tokens
 ADAPTER_HOOKS = ("inputs", "export_inputs", "export_inputs_from", "exportable", "spec_fields", "check_spec",
                  "example_inputs", "augmented_inputs", "vocab_tables", "export_description", "token_targets",
                  "token_target_layout", "mask_tokens")
-TARGET_KINDS = ("class", "regression")
+TARGET_KINDS = ("class", "regression", "binary")
 HEAD_HOOKS = ("num_outputs", "per_token", "needs_global_token", "spec_fields", "pooling")
 
 
@@ -113,7 +114,8 @@ class VocabTable:
 @dataclass(frozen=True)
 class TargetLayout:
     """What an adapter's token targets are, without a batch: ``kind`` ``"class"`` with ``size`` classes,
-    or ``"regression"`` with ``size`` features per token."""
+    ``"regression"`` with ``size`` features per token, or ``"binary"`` with ``size`` yes/no features per token
+    (several may be yes at once: a multi-label target, e.g. which words a document has)."""
 
     kind: str
     size: int
@@ -130,11 +132,12 @@ class TokenTargets:
     """What masked-token pretraining predicts at each token of a batch (an adapter's ``token_targets``).
 
     Attributes:
-        kind: ``"class"`` | ``"regression"``.
-        values: ``[B, L]`` long class indices in ``[0, size)`` (class) or ``[B, L, F]`` float (regression);
-            any value at positions that are not ``maskable`` (never read).
+        kind: ``"class"`` | ``"regression"`` | ``"binary"``.
+        values: ``[B, L]`` long class indices in ``[0, size)`` (class), ``[B, L, F]`` float (regression) or
+            ``[B, L, F]`` float in ``[0, 1]`` (binary: 1 = the feature is present); any value at positions that
+            are not ``maskable`` (never read).
         maskable: ``[B, L]`` bool: real tokens that may be hidden (never padding, never a global token).
-        size: classes (class) or ``F`` (regression).
+        size: classes (class) or ``F`` (regression, binary).
     """
 
     kind: str
@@ -154,8 +157,11 @@ class TokenTargets:
                 raise ValueError(f"class TokenTargets.values must be [B, L] = {tuple(m.shape)} long, got {v.dtype} "
                                  f"{tuple(v.shape)}")
         elif v.dim() != 3 or v.shape[:2] != m.shape or v.shape[2] != self.size or not v.dtype.is_floating_point:
-            raise ValueError(f"regression TokenTargets.values must be [B, L, F={self.size}] float with [B, L] = "
+            raise ValueError(f"{self.kind} TokenTargets.values must be [B, L, F={self.size}] float with [B, L] = "
                              f"{tuple(m.shape)}, got {v.dtype} {tuple(v.shape)}")
+        elif self.kind == "binary" and v.numel() and bool(((v[m] < 0) | (v[m] > 1)).any()):
+            raise ValueError(f"binary TokenTargets.values must lie in [0, 1] on maskable tokens (1 = present), got "
+                             f"values in [{float(v[m].min())}, {float(v[m].max())}]")
 
     @property
     def layout(self) -> TargetLayout:

@@ -4,7 +4,8 @@ One step (:meth:`MaskedModelling.forward`), for any adapter that declares token 
 (:mod:`seqattn.model.protocols`: ``token_targets``, ``token_target_layout``, ``mask_tokens``):
 
 1. ``targets = adapter.token_targets(batch)``, from the **clean** batch: ``values`` ``[B, L]`` long
-   (``kind="class"``) or ``[B, L, F]`` float (``kind="regression"``), ``maskable [B, L]`` bool;
+   (``kind="class"``) or ``[B, L, F]`` float (``kind="regression"``; ``kind="binary"``: in ``[0, 1]``, several
+   features present at once), ``maskable [B, L]`` bool;
 2. :func:`choose_hidden` picks ``hide [B, L]`` among the maskable positions: ``ceil(mask_ratio · n / span)``
    runs of ``span`` consecutive positions per sequence of ``n`` maskable tokens (at least one);
 3. the adapter's tokens at ``hide`` get the learned ``mask_vector [D]`` in place of their content
@@ -13,7 +14,8 @@ One step (:meth:`MaskedModelling.forward`), for any adapter that declares token 
    that adds positions itself puts them back in its ``mask_tokens`` hook;
 4. the network's per-token head predicts each position's target from the encoder output; only the
    hidden positions are scored: cross-entropy for ``class`` targets (``train/acc``, ``val/acc``:
-   accuracy over hidden tokens), mean squared error over the features for ``regression``.
+   accuracy over hidden tokens), mean squared error over the features for ``regression``, binary
+   cross-entropy per feature (a multi-label target) for ``binary``.
 
 The loss is a mean over hidden tokens (the epoch loss weights each batch by them). Validation and
 test hide positions chosen by a hash of each sequence's targets and ``eval_seed``
@@ -63,7 +65,7 @@ def content_scores(targets: TokenTargets, seed: int = 0) -> torch.Tensor:
     ``seed`` and the sequence's maskable targets (regression values quantised to 2^-16), so the same
     sequence gets the same scores in any batch."""
     values = targets.values
-    if targets.kind == "regression":
+    if targets.kind in ("regression", "binary"):
         q = torch.round(values.double() * 65536).long()  # [B, L, F]
         f = torch.arange(q.shape[-1], device=q.device)
         key = _mix(q + f * 1_000_003).sum(-1)  # [B, L]
@@ -184,8 +186,9 @@ class MaskedModelling(Objective):
         return out
 
     def loss(self, out: dict, batch: dict) -> torch.Tensor:
-        """Mean over hidden tokens: cross-entropy (class) or squared error averaged over features
-        (regression). Unhidden positions add nothing, not even gradient."""
+        """Mean over hidden tokens: cross-entropy (class), squared error averaged over features
+        (regression) or binary cross-entropy averaged over features (binary: ``logits`` are each feature's
+        log-odds). Unhidden positions add nothing, not even gradient."""
         logits, hide, targets = out["logits"], out["hide"], out["targets"]
         if not bool(hide.any()):
             return logits.sum() * 0.0
@@ -193,13 +196,15 @@ class MaskedModelling(Objective):
         wanted = targets.values[hide]  # [N] or [N, F]
         if targets.kind == "class":
             return F.cross_entropy(predicted.float(), wanted)
+        if targets.kind == "binary":
+            return F.binary_cross_entropy_with_logits(predicted.float(), wanted.float())
         return F.mse_loss(predicted.float(), wanted.float())
 
     def loss_weight(self, out: dict, batch: dict) -> int:
         return int(out["hide"].sum())
 
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hidden tokens only: ``(argmax [N], target [N])`` for class targets; empty for regression."""
+        """Hidden tokens only: ``(argmax [N], target [N])`` for class targets; empty for regression and binary."""
         hide, targets = out["hide"], out["targets"]
         if targets.kind == "class":
             return out["logits"][hide].argmax(-1), targets.values[hide]

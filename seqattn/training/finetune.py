@@ -270,12 +270,13 @@ def init_from_state(
 
 def input_differences(here: Mapping[str, Any] | None, there: Mapping[str, Any] | None) -> list[str]:
     """The adapter settings (``adapter.*``) set in both configs to different values, as
-    ``"f_max=4000 (checkpoint: None)"``, leaving out regularisation (keys naming ``dropout``) and the class:
-    settings that change what the pretrained layers are given (features, frequency band, framing)."""
+    ``"f_max=4000 (checkpoint: None)"``, leaving out regularisation (keys naming ``dropout``), what a pretraining
+    predicts (keys naming ``target``: no forward pass reads them) and the class: settings that change what the
+    pretrained layers are given (features, frequency band, framing)."""
     if not isinstance(here, Mapping) or not isinstance(there, Mapping):
         return []
     return [f"{key}={here[key]!r} (checkpoint: {there[key]!r})" for key in sorted(set(here) & set(there))
-            if key != "_target_" and "dropout" not in key and here[key] != there[key]]
+            if key != "_target_" and "dropout" not in key and "target" not in key and here[key] != there[key]]
 
 
 def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_table: bool,

@@ -36,6 +36,8 @@ class ToyAdapter(AdapterBase):
     def token_targets(self, batch: dict) -> TokenTargets:
         ids, mask = batch["ids"], batch["mask"]
         values = ids if self.kind == "class" else torch.nn.functional.one_hot(ids, V).float()
+        if self.kind == "binary":  # several present at once: the id and the next one
+            values = (values + torch.nn.functional.one_hot((ids + 1) % V, V).float()).clamp(max=1)
         return TokenTargets(self.kind, values, mask, V)
 
 
@@ -151,7 +153,7 @@ def test_evaluation_hides_the_same_positions_in_any_batch_and_training_draws_ane
     assert not all(torch.equal(model(batch)["hide"], first) for _ in range(3))
 
 
-@pytest.mark.parametrize("kind", ["class", "regression"])
+@pytest.mark.parametrize("kind", ["class", "regression", "binary"])
 def test_the_hidden_tokens_loss_falls_on_a_small_run(kind):
     model = _objective(kind, ratio=0.3)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -180,6 +182,21 @@ def test_regression_targets_are_scored_by_squared_error_and_report_no_accuracy()
     want = torch.nn.functional.one_hot(batch["ids"], V).float()[hide]
     torch.testing.assert_close(model.loss(out, batch), ((out["logits"][hide] - want) ** 2).mean())
     assert dict(model.make_metrics().items()) == {}
+
+
+def test_binary_targets_are_scored_by_binary_cross_entropy_per_feature_on_hidden_tokens_only():
+    model = _objective("binary", ratio=0.5)
+    batch = _batch()
+    out = model(batch)
+    hide = out["hide"]
+    want = out["targets"].values[hide]  # [N, V] 0/1, two present per token
+    assert want.sum(-1).eq(2).all() and out["targets"].kind == "binary"
+    p = torch.sigmoid(out["logits"][hide])
+    expected = -(want * torch.log(p) + (1 - want) * torch.log(1 - p)).mean()
+    torch.testing.assert_close(model.loss(out, batch), expected)
+    assert dict(model.make_metrics().items()) == {} and model.predictions(out, batch)[0].numel() == 0
+    with pytest.raises(ValueError, match="binary TokenTargets.values must lie in \\[0, 1\\]"):
+        TokenTargets("binary", torch.full((2, 3, 4), 2.0), torch.ones(2, 3, dtype=torch.bool), 4)
 
 
 def test_bad_settings_and_an_adapter_without_targets_are_clear_errors():

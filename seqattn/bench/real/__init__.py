@@ -43,6 +43,7 @@ CASES: dict[str, str] = {
     "fsdd_pretrain": "pretrain",
     "freesolv_pretrain": "pretrain",
     "freesolv_pretrain_full": "pretrain",
+    "cora_pretrain": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
 }

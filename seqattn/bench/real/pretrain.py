@@ -1,7 +1,8 @@
-"""Pretrained vs from scratch on real data (issue 22): ``lines_pretrain`` (below), ``fsdd_pretrain``
-(:func:`case_fsdd_pretrain`) and ``freesolv_pretrain`` / ``freesolv_pretrain_full`` (:func:`_freesolv_pretrain`).
+"""Few labels with and without masked-token pretraining (issue 22): UD English-LinES tagging (``lines_pretrain``,
+below), FSDD spoken digits (:func:`case_fsdd_pretrain`), FreeSolv (``freesolv_pretrain`` /
+``freesolv_pretrain_full``, :func:`_freesolv_pretrain`) and Cora's 140 labelled papers (:func:`case_cora_pretrain`).
 
-Few-label tagging with and without masked-word pretraining on UD English-LinES:
+LinES:
 
 1. ``task=text_pretrain`` on the words of ALL training sentences (``train.conllu``, tags not read; dev's
    words choose the checkpoint by ``val/loss``), through the custom-data path of its README;
@@ -292,3 +293,39 @@ def _freesolv_pretrain(ctx: Context, fraction: float) -> Result:
         f"{made}): {command_line(pretrain)}", "val", key="test/rmse_expt", val_key="best_val/loss",
         lower_is_better=True, quick_note="QUICK: 1 seed, pretraining 1 epoch, fine-tunes budget.steps=500 "
         "(at most 30 epochs); ")
+#: Cora: masked-node pretraining epochs (one full-graph step each; early stopping on the held-out nodes' val/loss)
+CORA_PRETRAIN_EPOCHS = 500
+#: ``--quick``: pretraining and fine-tune epochs
+CORA_QUICK_EPOCHS = (5, 5)
+
+
+def case_cora_pretrain(ctx: Context) -> Result:
+    """Cora's 140 labels with and without masked-node pretraining on the whole graph (issue 22, item 4).
+
+    1. ``task=social_pretrain experiment=citation_graph_pretrain`` on the Planetoid Cora graph: every paper's
+       features and every citation are inputs, no label is read; each step hides half of the training share
+       of the nodes (a random 80 %; 10 % are held out to choose the checkpoint by ``val/loss``, 10 % to test it)
+       and predicts which words each hidden paper has. The adapter and encoder settings are citation_graph's.
+    2. per seed, ``task=social experiment=citation_graph`` on the Planetoid split (140 / 500 / 1,000 labelled
+       nodes) with ``init_from=<pretrain run>/checkpoints/best.ckpt`` vs the same recipe from scratch: the
+       recipe's own length (up to 200 epochs, early stopping on val accuracy, the best val epoch tested).
+    """
+    raw = ctx.data / "Cora" / "raw"
+    if not raw.is_dir():
+        raise FileNotFoundError(f"no Planetoid raw files at {raw}")
+    pretrain_epochs, finetune_epochs = ctx.choose((CORA_PRETRAIN_EPOCHS, None), CORA_QUICK_EPOCHS)
+    graph = ["data.source=planetoid", "data.name=Cora", f"data.root={ctx.data}"]
+    pretrain = ["task=social_pretrain", *graph, "experiment=citation_graph_pretrain",
+                f"trainer.max_epochs={pretrain_epochs}", "seed=0"]
+    metrics, pretrain_s = _pretrain_once(ctx, pretrain, "cora_pretrain")
+    ckpt = ctx.work / "pretrain" / "checkpoints" / "best.ckpt"
+    ctx.log(f"cora_pretrain: pretrained ({metrics['epochs']} epochs) in {pretrain_s:.0f} s: "
+            f"test/loss {metrics['test/loss']:.4f}")
+    scratch = ["task=social", *graph, "experiment=citation_graph", "plot=false",
+               *([f"trainer.max_epochs={finetune_epochs}"] if finetune_epochs else [])]
+    pretrained = scratch + [f"init_from={ckpt}"]
+    return _pretrained_vs_scratch(
+        ctx, "cora_pretrain", pretrained, scratch,
+        "Cora, the Planetoid split's 140 labels (pretrained on the whole graph, no labels)", "test accuracy",
+        f"pretraining ({pretrain_s:.0f} s wall, {metrics['epochs']} epochs, test masked-node loss "
+        f"{metrics['test/loss']:.4f}): {command_line(pretrain)}", "val")

@@ -189,6 +189,10 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
     return out.reshape(b, n, d)
 
 
+#: what masked pretraining predicts of a node without node types (``GraphAdapter(node_target=...)``)
+NODE_TARGETS = ("features", "present")
+
+
 class GraphAdapter(AdapterBase):
     """Padded graph batch -> :class:`Tokens` whose attention follows the graph.
 
@@ -217,7 +221,11 @@ class GraphAdapter(AdapterBase):
             graph averages before the projection (:func:`smoothed_features`); ``node_proj`` then reads
             ``F·(k+1)`` inputs. Helps when few nodes are labelled and features say little alone.
         node_types: T > 0: the first T columns of ``x`` are a one-hot node type (a molecule's element, from the
-            data's spec ``sizes.node_types``); masked pretraining then predicts that type. 0: it predicts ``x``.
+            data's spec ``sizes.node_types``); masked pretraining then predicts that type. 0: it predicts the node's
+            features (``node_target``).
+        node_target: what masked pretraining predicts of a node without ``node_types``: ``features`` (``x`` as
+            given, regression: mean squared error) or ``present`` (which features are non-zero, a multi-label
+            ``binary`` target: a bag-of-words node's words). Changes no forward pass: only the pretraining.
         kernel: removed (None only): the attention path is the encoder's ``graph_path``
             (``model.graph_path``); a value raises ``ValueError`` naming it.
     """
@@ -244,6 +252,7 @@ class GraphAdapter(AdapterBase):
         edge_channels: int = 0,
         propagate: int = 0,
         node_types: int = 0,
+        node_target: str = "features",
     ) -> None:
         super().__init__()
         if dim <= 0 or node_features is None or node_features <= 0 or heads <= 0:
@@ -276,6 +285,10 @@ class GraphAdapter(AdapterBase):
             raise ValueError(f"node_types must be an int in [0, node_features={node_features}] (the one-hot type "
                              f"columns leading x), got {node_types!r}")
         self.node_types = node_types
+        if node_target not in NODE_TARGETS:
+            raise ValueError(f"node_target={node_target!r} is not one of {NODE_TARGETS} (what masked pretraining "
+                             "predicts of a node: its features, or which of them are present)")
+        self.node_target = node_target
         self.node_proj = nn.Linear(node_features * (propagate + 1), dim)
         self.pe_proj = nn.Linear(pe_dim, dim) if positional != "none" else None
         self.edge_proj = nn.Linear(edge_features, heads) if edge_features else None
@@ -346,18 +359,14 @@ class GraphAdapter(AdapterBase):
         projected edge features)."""
         self._check(x, mask, edge_index, edge_attr, pe)
         b, n, _ = x.shape
-        # = node_proj(smoothed_features(feature_dropout(x))), propagating D-wide vectors, sparse features sparse
-        drop = self.feature_dropout.p if self.training else 0.0
-        h = project_smoothed(x, mask, edge_index, self.propagate, self.node_proj, drop)  # [B, N, D]
         node_position = None  # [B, N, D], what pe adds (kept for mask_tokens: a hidden node keeps its position)
         if self.pe_proj is not None:
-            pe = pe.to(h.dtype)
+            pe = pe.to(self.pe_proj.weight.dtype)
             if self.positional == "laplacian" and self.training:
                 sign = torch.randint(0, 2, (b, 1, self.pe_dim), device=pe.device).to(pe.dtype) * 2 - 1
                 pe = pe * sign  # [B, N, K], a random sign per graph and eigenvector
             node_position = self.pe_proj(pe)
-            h = h + node_position
-        h = self.dropout(h.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, N, D]
+        h = self._node_vectors(x, mask, edge_index, node_position)  # [B, N, D]
 
         edges, distance, position = k_hop_edges(edge_index, mask, self.hops)  # [2, E'], [E'], [E]
         bias = None  # [E', H]
@@ -379,31 +388,49 @@ class GraphAdapter(AdapterBase):
         extra = {"graph_edges": edges}
         if node_position is not None:
             extra["node_position"] = node_position
+        if self.propagate:  # for mask_tokens: a hidden node's features must leave its neighbours' averages too
+            extra["node_inputs"] = (x, mask, edge_index)
         return Tokens(x=h, mask=mask, edge_index=edges, edge_bias=bias, extra=extra, edge_attr=features)
+
+    def _node_vectors(self, x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tensor,
+                      node_position: torch.Tensor | None) -> torch.Tensor:
+        """``x [B, N, F]`` -> node vectors ``[B, N, D]``: the projected features (with their ``propagate``-step
+        graph averages), plus ``node_position [B, N, D]`` when given; zero on padding; dropout."""
+        # = node_proj(smoothed_features(feature_dropout(x))), propagating D-wide vectors, sparse features sparse
+        drop = self.feature_dropout.p if self.training else 0.0
+        h = project_smoothed(x, mask, edge_index, self.propagate, self.node_proj, drop)  # [B, N, D]
+        if node_position is not None:
+            h = h + node_position
+        return self.dropout(h.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, N, D]
 
     # -- masked pretraining (seqattn.objectives.masked) -----------------------------------------
     def token_target_layout(self) -> TargetLayout:
-        """``("class", node_types)`` when the data declares node types (a molecule's element), else
-        ``("regression", node_features)``: the node's own input features."""
+        """``("class", node_types)`` when the data declares node types (a molecule's element), else the node's
+        own input features: ``("regression", node_features)`` (``node_target=features``) or
+        ``("binary", node_features)`` (``node_target=present``: which features are non-zero)."""
         if self.node_types:
             return TargetLayout("class", self.node_types)
-        return TargetLayout("regression", self.node_features)
+        return TargetLayout("binary" if self.node_target == "present" else "regression", self.node_features)
 
     def token_targets(self, batch) -> TokenTargets:
         """From the clean ``x [B, N, F]`` and ``mask [B, N]``: the node type (``values [B, N]`` long, the argmax
-        of x's first ``node_types`` one-hot columns) or the node's features (``values [B, N, F]``, as the
-        data gives them: normalise them there, e.g. ``data.normalize_features``); every real node is
-        maskable, padding never. A hidden node loses its features and keeps its edges (bonds) and its
-        positional encoding (:meth:`mask_tokens`)."""
+        of x's first ``node_types`` one-hot columns) or the node's features (``values [B, N, F]``: as the
+        data gives them, normalise them there, e.g. ``data.normalize_features``; or ``x != 0`` with
+        ``node_target=present``). Maskable: the real nodes, and of those only the batch's ``seed_mask [B, N]``
+        when it has one (the nodes a batch scores: a split's nodes of one graph); padding never. A hidden node
+        loses its features, also from its neighbours' graph averages (``propagate``), and keeps its edges
+        (bonds) and its positional encoding (:meth:`mask_tokens`)."""
         x, mask = batch.get("x"), batch.get("mask")
         if not isinstance(x, torch.Tensor) or not isinstance(mask, torch.Tensor) or x.dim() != 3 \
                 or mask.shape != x.shape[:2] or mask.dtype != torch.bool:
             raise ValueError(f"GraphAdapter.token_targets needs x [B, N, F] and mask [B, N] bool, got "
                              f"{tuple(getattr(x, 'shape', ()))} and {tuple(getattr(mask, 'shape', ()))}")
-        if self.propagate:
-            raise ValueError(f"adapter.propagate={self.propagate}: each node would read its neighbours' smoothed "
-                             "features, which hold a hidden node's own features; masked pretraining needs "
-                             "adapter.propagate=0")
+        seeds = batch.get("seed_mask")
+        if seeds is not None:
+            if not isinstance(seeds, torch.Tensor) or seeds.shape != mask.shape or seeds.dtype != torch.bool:
+                raise ValueError(f"GraphAdapter.token_targets: seed_mask must be [B, N] = {tuple(mask.shape)} bool, got "
+                                 f"{getattr(seeds, 'dtype', type(seeds).__name__)} {tuple(getattr(seeds, 'shape', ()))}")
+            mask = mask & seeds
         if self.node_types:
             onehot = x[..., : self.node_types]  # [B, N, T]
             bad = mask & (((onehot != 0) & (onehot != 1)).any(-1) | (onehot.sum(-1) != 1))  # [B, N]
@@ -412,13 +439,26 @@ class GraphAdapter(AdapterBase):
                                  f"on every real node; {int(bad.sum())} node(s) are not")
             types = onehot.argmax(-1).masked_fill(~mask, 0)  # [B, N]
             return TokenTargets("class", types, mask, self.node_types)
-        values = x.float().masked_fill(~mask.unsqueeze(-1), 0.0)  # [B, N, F]
-        return TokenTargets("regression", values, mask, self.node_features)
+        values = (x != 0).float() if self.node_target == "present" else x.float()
+        values = values.masked_fill(~mask.unsqueeze(-1), 0.0)  # [B, N, F]
+        return TokenTargets(self.token_target_layout().kind, values, mask, self.node_features)
 
     def mask_tokens(self, tokens: Tokens, hide: torch.Tensor, vector: torch.Tensor) -> Tokens:
         """Hidden nodes (``hide [B, N]``) become ``vector [D]`` plus their positional encoding's projection
         (``tokens.extra["node_position"]``, when ``positional != none``): the features are gone, the
-        position in the graph stays (as do the edges and their bias)."""
+        position in the graph stays (as do the edges and their bias). With ``propagate > 0`` every node's
+        vector is recomputed from ``x`` with the hidden nodes' features zeroed (``tokens.extra["node_inputs"]``),
+        so that no neighbour's graph average carries them either."""
+        if self.propagate:
+            inputs = tokens.extra.get("node_inputs")
+            if inputs is None:
+                raise ValueError(f"GraphAdapter(propagate={self.propagate}).mask_tokens needs the tokens of its own "
+                                 "forward (extra['node_inputs']: the features to average without the hidden nodes)")
+            x, mask, edge_index = inputs
+            if hide.shape != mask.shape:
+                raise ValueError(f"hide must be [B, N] = {tuple(mask.shape)}, got {tuple(hide.shape)}")
+            cleared = x.masked_fill(hide.unsqueeze(-1), 0)  # [B, N, F]: the hidden nodes' features leave every average
+            tokens = tokens.replace(x=self._node_vectors(cleared, mask, edge_index, tokens.extra.get("node_position")))
         out = replace_rows(tokens, hide, vector)
         position = tokens.extra.get("node_position")
         if position is None:
@@ -428,5 +468,6 @@ class GraphAdapter(AdapterBase):
 
     def extra_repr(self) -> str:
         return (f"hops={self.hops}, propagate={self.propagate}, positional={self.positional!r}, "
+                f"node_target={self.node_target!r}, "
                 f"edge_features={self.edge_features}, "
                 f"heads={self.heads}, edge_channels={self.edge_channels}")

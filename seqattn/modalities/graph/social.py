@@ -401,21 +401,29 @@ class SocialDataModule(TaskDataModule):
             return None
         return graph_positional_encoding(self.positional, graph.edge_index, graph.num_nodes, self.pe_dim)
 
+    def stage_nodes(self, stage: str) -> torch.Tensor:
+        """The nodes ``stage``'s batches score: its labeled nodes."""
+        return self.graph.nodes_of(stage)
+
+    def full_item(self, graph: SocialGraph, nodes: torch.Tensor) -> dict[str, Any]:
+        """The whole graph as one item that scores ``nodes`` (full mode): their labels, every node predicted."""
+        return full_batch(graph, nodes, pe=self._pe)
+
     def _loader(self, stage: str) -> DataLoader:
         if self.graph is None:
             self.setup()
         g = self.graph
-        labeled = g.nodes_of(stage)
+        labeled = self.stage_nodes(stage)
         if self.resolved_mode(g.num_nodes) == "full":
             if self._pe is None:
                 self._pe = self._graph_pe(g)
             if stage == "train":
-                return DataLoader(_Repeat(full_batch(g, labeled, pe=self._pe), self.steps_per_epoch), batch_size=1,
+                return DataLoader(_Repeat(self.full_item(g, labeled), self.steps_per_epoch), batch_size=1,
                                   collate_fn=_first)
             # evaluation: one item per process, each scoring its own share of the split's nodes, so that
             # under DDP the distributed sampler hands each process one item and no node is counted twice
             world = _world_size()
-            parts = [full_batch(g, labeled[rank::world], pe=self._pe) for rank in range(world)]
+            parts = [self.full_item(g, labeled[rank::world]) for rank in range(world)]
             return DataLoader(parts, batch_size=1, collate_fn=_first)
         if labeled.numel() == 0:
             log.warning("the %s split has no labeled nodes", stage)

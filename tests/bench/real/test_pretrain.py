@@ -225,3 +225,42 @@ def test_freesolv_cases_pretrain_once_without_any_evaluated_test_molecule(tmp_pa
     assert train0 <= written and len(written) == len(train0) + 2 + 2
     assert f"{len(test_molecules)} test molecules of seeds 0..{0 if quick else 2} excluded" in results[
         "freesolv_pretrain"].notes
+
+
+def test_cora_case_is_listed_and_skips_naming_the_missing_raw_files(tmp_path):
+    assert CASES["cora_pretrain"] == "pretrain"
+    ctx = Context(data=tmp_path, work=tmp_path / "work", seeds=1, log=print)
+    with pytest.raises(FileNotFoundError, match="Cora/raw"):
+        pretrain_case.case_cora_pretrain(ctx)
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_cora_case_pretrains_on_the_whole_graph_with_the_fine_tunes_adapter(tmp_path, monkeypatch, quick):
+    (tmp_path / "Cora" / "raw").mkdir(parents=True)
+    runs, calls = [], {}
+
+    def run_recipe(overrides, out):
+        runs.append(overrides)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text('{"test/loss": 0.06, "epochs": 120}')
+        return {"test/loss": 0.06, "epochs": 120}, 1.0
+
+    monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
+    monkeypatch.setattr(pretrain_case, "compare_seeds", _recording_compare(calls))
+    ctx = Context(data=tmp_path, work=tmp_path / "w", seeds=None, log=print, quick=quick)
+    result = pretrain_case.case_cora_pretrain(ctx)
+    pretrain_case.case_cora_pretrain(ctx)  # a rerun reuses the finished pretraining
+    (pretrain,) = runs
+    graph = ["data.source=planetoid", "data.name=Cora", f"data.root={tmp_path}"]
+    assert "task=social_pretrain" in pretrain and "experiment=citation_graph_pretrain" in pretrain
+    assert all(o in pretrain for o in graph) and not any("label" in o for o in pretrain)
+    epochs = pretrain_case.CORA_QUICK_EPOCHS[0] if quick else pretrain_case.CORA_PRETRAIN_EPOCHS
+    assert f"trainer.max_epochs={epochs}" in pretrain
+    tuned = calls["overrides"]
+    assert "task=social" in tuned and "experiment=citation_graph" in tuned and all(o in tuned for o in graph)
+    assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
+    assert any(o.startswith("trainer.max_epochs=") for o in tuned) == quick  # else citation_graph's own length
+    assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
+    assert "init_from" not in result.notes.split("scratch:")[1] and ("QUICK" in result.notes) == quick
+    assert "120 epochs" in result.notes and "pretrained 0.8000 (40 ep)" in result.notes

@@ -72,3 +72,20 @@ TASKS["molecule_pretrain"] = Task(
     exportable=False,
     predicts=False,
 )
+
+
+def _social_pretrain_files(tmp_path: Path) -> FileSource:
+    """The node and edge CSVs of task=social (labels, if any, unread) selecting the csv source."""
+    overrides, source, _ = _social_files(tmp_path)
+    return overrides, source, "sbm"
+
+
+TASKS["social_pretrain"] = Task(
+    overrides=["task=social_pretrain", "model.dim=32", "model.depth=2", "trainer.max_epochs=10"],
+    predict_inputs=_social_inputs,
+    file_source=_social_pretrain_files,
+    exportable=False,
+    resume_overrides=("trainer.max_epochs=12",),  # one full-graph step per epoch: kill between epochs
+    exact_resume=False,  # as task=social (see there)
+    predicts=False,
+)
