@@ -22,6 +22,7 @@ One pretraining run (seed 0) serves every seed's fine-tune; its wall time is in 
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import time
@@ -171,13 +172,31 @@ def nci_smiles_path() -> Path:
 
 
 def canonical(smiles: str) -> str | None:
-    """RDKit's canonical SMILES of ``smiles``, or None when the featuriser's parser rejects it."""
-    from rdkit import Chem
+    """RDKit's canonical SMILES of ``smiles``, or None when RDKit rejects it or it has no atoms (what the molecule
+    data's parser rejects; the bench names no modality, so it asks RDKit itself)."""
+    from rdkit import Chem, RDLogger
 
-    from seqattn.modalities.graph.molecules import parse_smiles
+    if not smiles or not smiles.strip():
+        return None
+    RDLogger.DisableLog("rdApp.*")
+    try:
+        mol = Chem.MolFromSmiles(smiles.strip())
+    finally:
+        RDLogger.EnableLog("rdApp.*")
+    return None if mol is None or mol.GetNumAtoms() == 0 else Chem.MolToSmiles(mol)
 
-    mol = parse_smiles(smiles)
-    return None if mol is None else Chem.MolToSmiles(mol)
+
+def _read_smiles(source: Path) -> list[str]:
+    """The SMILES of a ``.smi`` / ``.txt`` file (the first field of each line) or of a CSV's ``smiles`` column;
+    empty lines and lines starting with ``#`` are skipped. A CSV without the column is a ``ValueError``."""
+    lines = [line for line in source.read_text(encoding="utf-8").splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    if source.suffix.lower() in (".smi", ".txt"):
+        return [line.split()[0] for line in lines]
+    rows = list(csv.DictReader(lines))
+    if rows and "smiles" not in rows[0]:
+        raise ValueError(f"{source}: no 'smiles' column in its header {list(rows[0])}")
+    return [row["smiles"] or "" for row in rows]
 
 
 def write_pretrain_smiles(folder: Path, sources: list[Path], exclude: set[str]) -> tuple[Path, dict[str, dict[str, int]]]:
@@ -187,17 +206,14 @@ def write_pretrain_smiles(folder: Path, sources: list[Path], exclude: set[str]) 
     finished pretraining is reused only for the same molecules). Returns the file and, per source file name,
     the counts ``read``, ``invalid`` (the parser rejects it: left out), ``excluded``, ``duplicate`` (already
     written from this or an earlier source) and ``written``."""
-    from seqattn.modalities.graph.molecules import read_smiles_lines, read_smiles_table
-
     kept: list[str] = []
     seen: set[str] = set()
     counts: dict[str, dict[str, int]] = {}
     for source in sources:
-        records = (read_smiles_lines(source) if source.suffix.lower() in (".smi", ".txt")
-                   else read_smiles_table(source, "smiles", []))
+        records = _read_smiles(source)
         count = counts[source.name] = {"read": len(records), "invalid": 0, "excluded": 0, "duplicate": 0, "written": 0}
         for record in records:
-            smiles = canonical(record["smiles"])
+            smiles = canonical(record)
             reason = ("invalid" if smiles is None else "excluded" if smiles in exclude
                       else "duplicate" if smiles in seen else "written")
             count[reason] += 1
