@@ -251,7 +251,7 @@ def init_from_state(
                 "finetune.resize_positional=true" if not resize_positional_table else "")
         if any(p.startswith(f"{NET}subsample.") and "not in the checkpoint" in p for p in problems):
             hint += ("; the checkpoint has no front end between adapter and encoder (net.subsample): choose a model "
-                     "without one, e.g. model=transformer instead of speech_cls's default model=stem_transformer")
+                     "without one (e.g. model=transformer, not model=stem_transformer)")
         raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head and the "
                          f"vocabulary rows may differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
     with torch.no_grad():
