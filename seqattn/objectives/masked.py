@@ -21,7 +21,11 @@ The loss is a mean over hidden tokens (the epoch loss weights each batch by them
 test hide positions chosen by a hash of each sequence's targets and ``eval_seed``
 (:func:`content_scores`): the same every epoch, and the same whatever the batch size, the batch
 order or the number of processes, so ``val/loss`` compares epochs and a DDP test equals a
-one-process test; training draws from the global generator (seeded by the run).
+one-process test; training draws from the global generator (seeded by the run). A batch may carry
+``score_mask [B, L]`` bool: the positions this process scores. Positions are hidden as without it,
+but only hidden positions inside it count in the loss and metrics; a data module that gives every
+process the same whole item (one graph) splits the scoring this way, so that the hidden set, and so
+every process's input, is the one a single process sees.
 
 The head's size is the adapter's ``token_target_layout().size`` (not the data's classes). The mask
 vector lives in the objective (``mask_vector``), not in ``net``: fine-tuning (``init_from``) loads the
@@ -169,7 +173,8 @@ class MaskedModelling(Objective):
     def forward(self, batch: dict, return_attention: bool | list[int] = False,
                 hide: torch.Tensor | None = None) -> dict:
         """A masked pass: ``logits [B, L, C|F]``, ``mask [B, L]``, ``targets`` (:class:`TokenTargets`, from
-        the clean batch), ``hide [B, L]`` (the positions hidden and scored; given, or chosen here)."""
+        the clean batch), ``hide [B, L]`` (the positions hidden; given, or chosen here), ``scored [B, L]``
+        (the hidden positions this process scores: ``hide & batch["score_mask"]`` when the batch has one)."""
         targets = token_targets(self.net.adapter, batch)  # before any masking
         if targets.layout != self.layout:
             raise ValueError(f"{type(self.net.adapter).__name__}.token_targets gave {targets.layout}, its layout "
@@ -182,14 +187,22 @@ class MaskedModelling(Objective):
         if tuple(out["logits"].shape[:2]) != tuple(hide.shape):
             raise ValueError(f"the network predicts {tuple(out['logits'].shape[:2])} tokens for {tuple(hide.shape)} "
                              "targets: masked modelling needs one prediction per adapter token (no subsampling)")
-        out.update(targets=targets, hide=hide)
+        scored = hide
+        if batch.get("score_mask") is not None:
+            share = batch["score_mask"]
+            if tuple(share.shape) != tuple(hide.shape):
+                raise ValueError(f"score_mask must be [B, L] = {tuple(hide.shape)} bool (one per adapter token), "
+                                 f"got {tuple(share.shape)}")
+            scored = hide & share.to(device=hide.device, dtype=torch.bool)
+        out.update(targets=targets, hide=hide, scored=scored)
         return out
 
     def loss(self, out: dict, batch: dict) -> torch.Tensor:
         """Mean over hidden tokens: cross-entropy (class), squared error averaged over features
         (regression) or binary cross-entropy averaged over features (binary: ``logits`` are each feature's
-        log-odds). Unhidden positions add nothing, not even gradient."""
-        logits, hide, targets = out["logits"], out["hide"], out["targets"]
+        log-odds). Unhidden positions add nothing, not even gradient; nor do hidden ones outside
+        ``score_mask``."""
+        logits, hide, targets = out["logits"], out["scored"], out["targets"]
         if not bool(hide.any()):
             return logits.sum() * 0.0
         predicted = logits[hide]  # [N, C] or [N, F]
@@ -201,11 +214,12 @@ class MaskedModelling(Objective):
         return F.mse_loss(predicted.float(), wanted.float())
 
     def loss_weight(self, out: dict, batch: dict) -> int:
-        return int(out["hide"].sum())
+        return int(out["scored"].sum())
 
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hidden tokens only: ``(argmax [N], target [N])`` for class targets; empty for regression and binary."""
-        hide, targets = out["hide"], out["targets"]
+        """Scored hidden tokens only: ``(argmax [N], target [N])`` for class targets; empty for regression and
+        binary."""
+        hide, targets = out["scored"], out["targets"]
         if targets.kind == "class":
             return out["logits"][hide].argmax(-1), targets.values[hide]
         empty = torch.zeros(0, dtype=torch.long, device=hide.device)

@@ -409,6 +409,11 @@ class SocialDataModule(TaskDataModule):
         """The whole graph as one item that scores ``nodes`` (full mode): their labels, every node predicted."""
         return full_batch(graph, nodes, pe=self._pe)
 
+    def eval_parts(self, graph: SocialGraph, nodes: torch.Tensor, world: int) -> list[dict[str, Any]]:
+        """Full mode, evaluation: one item per process (``world`` of them), each scoring every
+        ``world``-th node of ``nodes`` (a split's labeled nodes)."""
+        return [self.full_item(graph, nodes[rank::world]) for rank in range(world)]
+
     def _loader(self, stage: str) -> DataLoader:
         if self.graph is None:
             self.setup()
@@ -422,9 +427,7 @@ class SocialDataModule(TaskDataModule):
                                   collate_fn=_first)
             # evaluation: one item per process, each scoring its own share of the split's nodes, so that
             # under DDP the distributed sampler hands each process one item and no node is counted twice
-            world = _world_size()
-            parts = [self.full_item(g, labeled[rank::world]) for rank in range(world)]
-            return DataLoader(parts, batch_size=1, collate_fn=_first)
+            return DataLoader(self.eval_parts(g, labeled, _world_size()), batch_size=1, collate_fn=_first)
         if labeled.numel() == 0:
             log.warning("the %s split has no labeled nodes", stage)
         train = stage == "train"

@@ -80,6 +80,19 @@ class UnlabelledGraphDataModule(SocialDataModule):
         item["seed_mask"] = seeds  # [1, N]: the nodes this stage may hide and score
         return item
 
+    def eval_parts(self, graph: SocialGraph, nodes: torch.Tensor, world: int) -> list[dict[str, Any]]:
+        """Full mode, evaluation: one item per process, each the whole graph with the stage's nodes
+        hideable (``seed_mask``), so every process hides the same nodes a single process would, and
+        ``score_mask [1, N]`` marking the every-``world``-th share of them this process scores."""
+        parts = []
+        for rank in range(world):
+            item = self.full_item(graph, nodes)
+            share = torch.zeros(1, graph.num_nodes, dtype=torch.bool)
+            share[0, nodes[rank::world]] = True
+            item["score_mask"] = share
+            parts.append(item)
+        return parts
+
     def spec(self) -> DataSpec:
         """Node / edge feature widths and the ``pe`` computed; no labels (``num_outputs``: the feature width,
         what a hidden node's target holds)."""

@@ -259,3 +259,38 @@ def test_an_unlabelled_graph_scores_disjoint_node_shares_and_never_padding(tmp_p
     out = objective(batch)
     assert torch.equal(out["hide"], batch["seed_mask"] & batch["mask"]) and not bool((out["hide"] & ~batch["mask"]).any())
     assert int(out["hide"].sum()) == batch["mask"].shape[0]  # one seed per subgraph
+
+
+def test_split_evaluation_hides_what_one_process_hides_and_the_shares_add_up_to_its_loss(tmp_path, compose_cfg,
+                                                                                          monkeypatch):
+    """Under DDP each process gets the whole graph and scores its share of the test nodes (score_mask): the
+    nodes hidden, hence every process's input, are the one-process ones, and the shares' losses weighted by
+    their node counts give the one-process loss (CI caught a DDP test loss that differed when each process
+    hid only its own share)."""
+    from seqattn.modalities.graph import social
+
+    n = 60
+    nodes, edges = tmp_path / "nodes.csv", tmp_path / "edges.csv"
+    nodes.write_text("id,a,b\n" + "".join(f"n{i},{i % 3},{(i * 7) % 5}\n" for i in range(n)))
+    edges.write_text("source,target\n" + "".join(f"n{i},n{(i + 1) % n}\nn{i},n{(i * 3) % n}\n" for i in range(n)))
+    data = instantiate(compose_cfg(["task=social_pretrain", f"data.nodes={nodes}", f"data.edges={edges}",
+                                    "data.test_fraction=0.3"]).data)
+    data.setup("fit")
+    objective = _word_objective(propagate=1, ratio=0.5, node_features=2, node_target="features").eval()
+    (whole,) = list(data.test_dataloader())
+    monkeypatch.setattr(social, "_world_size", lambda: 2)
+    parts = list(data.test_dataloader())
+    assert len(parts) == 2
+    with torch.no_grad():
+        one = objective(whole)
+        outs = [objective(part) for part in parts]
+    for part, out in zip(parts, outs):
+        assert torch.equal(out["hide"], one["hide"])  # the same hidden nodes in every process
+        assert torch.equal(out["scored"], one["hide"] & part["score_mask"])
+    assert torch.equal(outs[0]["scored"] | outs[1]["scored"], one["hide"])  # disjoint shares, all of them
+    weights = [objective.loss_weight(out, part) for out, part in zip(outs, parts)]
+    assert min(weights) > 0 and sum(weights) == objective.loss_weight(one, whole)
+    shared = sum(w * float(objective.loss(out, part)) for w, out, part in zip(weights, outs, parts)) / sum(weights)
+    assert shared == pytest.approx(float(objective.loss(one, whole)), rel=1e-6)
+    with pytest.raises(ValueError, match="score_mask must be \\[B, L\\] = \\(1, 60\\) bool"):
+        objective(dict(whole, score_mask=torch.ones(1, 5, dtype=torch.bool)))
