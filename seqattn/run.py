@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seqattn.configs import CONFIG_DIR  # also seqattn.run.CONFIG_DIR for callers
 from seqattn.model.build import locate
+from seqattn.training import log_fast_path
 from seqattn.training.callbacks import LastCheckpoint, QuietModelSummary
 from seqattn.training.compile import compile_encoder, parse_compile
 from seqattn.training.distill import DistillOptions, apply_distill
@@ -250,6 +251,7 @@ def build_trainer(cfg: DictConfig, plan: RunPlan, out_dir: Path, resumed: bool =
     """The run's Trainer and its callbacks, as ``seqattn.run`` trains (``seqattn.bench overhead`` times
     the same loop): the config's callbacks under the plan, its loggers, ``plan.trainer_arguments()``;
     ``arguments`` go to the Trainer on top. ``resumed``: the CSV curves continue the checkpoint's."""
+    log_fast_path.install()  # self.log without Lightning's per-call walk of results already in place
     callbacks = build_callbacks(cfg, plan)
     callbacks.append(RunFolder(out_dir))  # checkpoints name their folder; resumed in a copy, their paths move into it
     if not cfg.trainer.get("enable_progress_bar", True):
