@@ -40,6 +40,7 @@ CASES: dict[str, str] = {
     "karate4": "cora",
     "lines": "lines",
     "lines_pretrain": "pretrain",
+    "lines_pretrain_full": "pretrain",
     "fsdd_pretrain": "pretrain",
     "freesolv_pretrain": "pretrain",
     "freesolv_pretrain_full": "pretrain",

@@ -1,6 +1,7 @@
 """Few labels with and without masked-token pretraining (issue 22): UD English-LinES tagging (``lines_pretrain``,
-below), FSDD spoken digits (:func:`case_fsdd_pretrain`), FreeSolv (``freesolv_pretrain`` /
-``freesolv_pretrain_full``, :func:`_freesolv_pretrain`) and Cora's 140 labelled papers (:func:`case_cora_pretrain`).
+below; ``lines_pretrain_full``: the same with all tagged training sentences), FSDD spoken digits
+(:func:`case_fsdd_pretrain`), FreeSolv (``freesolv_pretrain`` / ``freesolv_pretrain_full``, :func:`_freesolv_pretrain`)
+and Cora's 140 labelled papers (:func:`case_cora_pretrain`).
 
 LinES:
 
@@ -17,7 +18,8 @@ early stopping on dev accuracy (patience ``FINETUNE_PATIENCE``) and the best dev
 tested (the recipe's 15 epochs left both arms still improving on 346 sentences). The notes give each
 run's best dev accuracy and epochs.
 
-One pretraining run (seed 0) serves every seed's fine-tune; its wall time is in the notes.
+One pretraining run (seed 0, in ``<work>/../lines_pretraining``) serves every seed's fine-tune of both cases; its wall
+time is in the notes. ``lines_pretrain_full`` fine-tunes on all 3,457 tagged training sentences, the rest as above.
 """
 
 from __future__ import annotations
@@ -45,20 +47,36 @@ UPOS = "[ADJ,ADP,ADV,AUX,CCONJ,DET,INTJ,NOUN,NUM,PART,PRON,PROPN,PUNCT,SCONJ,SYM
 
 
 def case_lines_pretrain(ctx: Context) -> Result:
+    """UD English-LinES tagging with 10 % of the tagged training sentences, with and without masked-word pretraining."""
+    return _lines_pretrain(ctx, FRACTION)
+
+
+def case_lines_pretrain_full(ctx: Context) -> Result:
+    """UD English-LinES tagging with all tagged training sentences, with and without masked-word pretraining."""
+    return _lines_pretrain(ctx, 1.0)
+
+
+def _lines_pretrain(ctx: Context, fraction: float) -> Result:
+    """One pretraining (seed 0) shared by ``lines_pretrain`` and ``lines_pretrain_full`` (the folder
+    ``<work>/../lines_pretraining``), then per seed the tagger on ``fraction`` of the tagged training sentences
+    (all of them at 1.0), pretrained vs scratch, the length chosen on dev the same way in both arms."""
     files = _files(ctx)  # FileNotFoundError (the case is skipped) when the treebank is absent
+    label = "lines_pretrain" + ("" if fraction < 1.0 else "_full")
+    shared = Context(data=ctx.data, work=ctx.work.parent / "lines_pretraining", seeds=ctx.seeds, log=ctx.log,
+                     extra=ctx.extra, quick=ctx.quick)
     epochs = ctx.choose(PRETRAIN_EPOCHS, 1)
     pretrain = ["task=text_pretrain", *files, f"trainer.max_epochs={epochs}", "cpu_threads=1", "seed=0"]
-    metrics, pretrain_s = _pretrain_once(ctx, pretrain, "lines_pretrain")
-    out = ctx.work / "pretrain"
-    ckpt = out / "checkpoints" / "best.ckpt"
-    ctx.log(f"lines_pretrain: pretrained {epochs} epochs in {pretrain_s:.0f} s: test/loss {metrics['test/loss']:.3f}, "
+    metrics, pretrain_s = _pretrain_once(shared, pretrain, label)
+    ckpt = shared.work / "pretrain" / "checkpoints" / "best.ckpt"
+    ctx.log(f"{label}: pretrained {epochs} epochs in {pretrain_s:.0f} s: test/loss {metrics['test/loss']:.3f}, "
             f"test/acc {metrics['test/acc']:.3f}")
-    scratch = ["task=text_tagging", *files, f"data.train_fraction={FRACTION}", f"data.labels={UPOS}",
-               "cpu_threads=1", *_finetune_length(ctx)]
+    scratch = ["task=text_tagging", *files, *([f"data.train_fraction={fraction}"] if fraction < 1.0 else []),
+               f"data.labels={UPOS}", "cpu_threads=1", *_finetune_length(ctx)]
     pretrained = scratch + [f"init_from={ckpt}", f"finetune.vocabulary={FINETUNE_VOCABULARY}"]
+    share = (f"{fraction:.0%} of the tagged training sentences" if fraction < 1.0
+             else "all 3,457 tagged training sentences")
     return _pretrained_vs_scratch(
-        ctx, "lines_pretrain", pretrained, scratch,
-        f"UD English-LinES, {FRACTION:.0%} of the tagged training sentences (pretrained on all 3,457)",
+        ctx, label, pretrained, scratch, f"UD English-LinES, {share} (pretrained on the words of all 3,457)",
         "test UPOS accuracy", f"pretraining ({pretrain_s:.0f} s wall, {epochs} epochs, test masked-word acc "
         f"{metrics['test/acc']:.3f}): {command_line(pretrain)}", "dev")
 

@@ -1,4 +1,4 @@
-"""The ``lines_pretrain``, ``fsdd_pretrain`` and ``freesolv_pretrain(_full)`` cases of ``python -m seqattn.bench real`` (issue 22): listed,
+"""The ``lines_pretrain(_full)``, ``fsdd_pretrain`` and ``freesolv_pretrain(_full)`` cases of ``python -m seqattn.bench real`` (issue 22): listed,
 skipped with the missing file named (nothing trained) when the data is absent, and the runs they make (the
 runners replaced by recorders: nothing trained)."""
 
@@ -64,6 +64,43 @@ def test_case_shortens_only_when_quick_and_both_arms_see_the_same_fraction(tmp_p
     scratch = result.notes.split("scratch:")[1].split(";")[0]
     assert "data.train_fraction=0.1" in scratch and "init_from" not in scratch and "finetune.vocabulary" not in scratch
     assert "pretrained 0.8000 (40 ep)" in result.notes and "scratch 0.7000 (30 ep)" in result.notes
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_lines_cases_share_one_pretraining_and_the_full_case_tags_with_every_sentence(tmp_path, monkeypatch, quick):
+    folder = tmp_path / "ud-english-lines"
+    folder.mkdir()
+    for name in ("train", "dev", "test"):
+        (folder / f"{name}.conllu").write_text("")
+    runs, calls, results = [], {}, {}
+
+    def run_recipe(overrides, out):
+        runs.append((overrides, out))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text('{"test/loss": 5.0, "test/acc": 0.2}')
+        return {"test/loss": 5.0, "test/acc": 0.2}, 1.0
+
+    monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
+    monkeypatch.setattr(pretrain_case, "compare_seeds", _recording_compare(calls))
+    tuned = {}
+    for name in ("lines_pretrain", "lines_pretrain_full"):
+        assert CASES[name] == "pretrain"
+        ctx = Context(data=tmp_path, work=tmp_path / "w" / name, seeds=None, log=print, quick=quick)
+        results[name] = getattr(pretrain_case, f"case_{name}")(ctx)
+        tuned[name] = calls["overrides"]
+        _assert_length_chosen_on_dev(tuned[name], quick)  # the full case chooses its length on dev the same way
+        assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS) and calls["key"] == "test/acc"
+        scratch = results[name].notes.split("scratch:")[1].split(";")[0]
+        assert "init_from" not in scratch and "finetune.vocabulary" not in scratch
+        assert ("data.train_fraction=0.1" in scratch) == (name == "lines_pretrain")
+    ((pretrain, out),) = runs  # one pretraining serves both cases
+    assert out == tmp_path / "w" / "lines_pretraining" / "pretrain" and "task=text_pretrain" in pretrain
+    full, few = tuned["lines_pretrain_full"], tuned["lines_pretrain"]
+    assert not any(o.startswith("data.train_fraction") for o in full)  # every tagged training sentence
+    assert [o for o in few if o != "data.train_fraction=0.1"] == full  # otherwise the same recipe and pretraining
+    assert f"init_from={out / 'checkpoints' / 'best.ckpt'}" in full
+    assert "all 3,457 tagged" in results["lines_pretrain_full"].dataset
+    assert "10% of the tagged" in results["lines_pretrain"].dataset
 
 
 def _recording_compare(calls):
