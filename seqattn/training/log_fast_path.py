@@ -4,9 +4,9 @@ Every ``LightningModule.log`` call ends in ``_ResultCollection.log``, which call
 ``_ResultMetric.to(value.device)`` on the stored result. That ``to`` walks the result's whole
 ``__dict__`` with ``apply_to_collection`` (nn.Module internals, torchmetrics state lists, and a deep
 copy of its metadata dataclass) even when nothing has to move, which is every call after the first
-on one device. Profiled on ``task=social`` (one full-graph step per epoch, three log calls a step),
-these walks were about 15 % of a training step (``python -m seqattn.bench overhead``; see
-docs/benchmarks.md). The cost is Lightning's known issue 20388 (an upstream fix, pull request 21769,
+on one device. Under cProfile, ``python -m seqattn.bench overhead --one social`` (one full-graph step per
+epoch, three log calls a step) spent about 15 % of the recipe loop's time in these calls; a log call
+measured alone took ~0.4 ms of CPU with the walk and ~0.03 ms without (docs/benchmarks.md). The cost is Lightning's known issue 20388 (an upstream fix, pull request 21769,
 was open and unreleased in lightning 2.6.6).
 
 :func:`install` wraps ``_ResultMetric.to``: a call ``to(device)`` whose stored tensors are all on

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
+from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from seqattn.training import log_fast_path
@@ -19,13 +19,13 @@ def restore():
     log_fast_path.install() if was else log_fast_path.uninstall()
 
 
-def _epoch(values: list[float], device: str = "cpu") -> tuple[dict, _ResultCollection]:
+def _epoch(values: list[float]) -> tuple[dict, _ResultCollection]:
     """Log a loss (mean over batches weighted by size) and an accuracy metric per step; the epoch's values."""
     rc = _ResultCollection(training=True)
     acc = MulticlassAccuracy(num_classes=3)
     for i, v in enumerate(values):
         acc.update(torch.tensor([i % 3, 1]), torch.tensor([1, 1]))
-        rc.log("training_step", "loss", torch.tensor(v, device=device), on_step=True, on_epoch=True, batch_size=i + 1)
+        rc.log("training_step", "loss", torch.tensor(v), on_step=True, on_epoch=True, batch_size=i + 1)
         rc.log("training_step", "acc", acc, on_step=False, on_epoch=True, batch_size=2)
     return rc.metrics(on_step=False)["callback"], rc
 

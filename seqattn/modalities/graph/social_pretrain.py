@@ -84,13 +84,12 @@ class UnlabelledGraphDataModule(SocialDataModule):
         """Full mode, evaluation: one item per process, each the whole graph with the stage's nodes
         hideable (``seed_mask``), so every process hides the same nodes a single process would, and
         ``score_mask [1, N]`` marking the every-``world``-th share of them this process scores."""
+        item = self.full_item(graph, nodes)
         parts = []
         for rank in range(world):
-            item = self.full_item(graph, nodes)
             share = torch.zeros(1, graph.num_nodes, dtype=torch.bool)
             share[0, nodes[rank::world]] = True
-            item["score_mask"] = share
-            parts.append(item)
+            parts.append(dict(item, score_mask=share))  # the same graph tensors, its own share
         return parts
 
     def spec(self) -> DataSpec:

@@ -32,17 +32,9 @@ def test_case_is_listed_and_skips_naming_the_missing_files(tmp_path, capsys):
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_case_shortens_only_when_quick_and_both_arms_see_the_same_fraction(tmp_path, monkeypatch, quick):
-    folder = tmp_path / "ud-english-lines"
-    folder.mkdir()
-    for name in ("train", "dev", "test"):
-        (folder / f"{name}.conllu").write_text("")
+    folder = _empty_treebank(tmp_path)
     runs, calls = [], {}
-
-    def run_recipe(overrides, out):
-        runs.append(overrides)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.json").write_text('{"test/loss": 5.0, "test/acc": 0.2}')
-        return {"test/loss": 5.0, "test/acc": 0.2}, 1.0
+    run_recipe = _recording_run(lambda overrides, out: runs.append(overrides))
 
     monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
 
@@ -68,17 +60,9 @@ def test_case_shortens_only_when_quick_and_both_arms_see_the_same_fraction(tmp_p
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_lines_cases_share_one_pretraining_and_the_full_case_tags_with_every_sentence(tmp_path, monkeypatch, quick):
-    folder = tmp_path / "ud-english-lines"
-    folder.mkdir()
-    for name in ("train", "dev", "test"):
-        (folder / f"{name}.conllu").write_text("")
+    _empty_treebank(tmp_path)
     runs, calls, results = [], {}, {}
-
-    def run_recipe(overrides, out):
-        runs.append((overrides, out))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.json").write_text('{"test/loss": 5.0, "test/acc": 0.2}')
-        return {"test/loss": 5.0, "test/acc": 0.2}, 1.0
+    run_recipe = _recording_run(lambda overrides, out: runs.append((overrides, out)))
 
     monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
     monkeypatch.setattr(pretrain_case, "compare_seeds", _recording_compare(calls))
@@ -101,6 +85,26 @@ def test_lines_cases_share_one_pretraining_and_the_full_case_tags_with_every_sen
     assert f"init_from={out / 'checkpoints' / 'best.ckpt'}" in full
     assert "all 3,457 tagged" in results["lines_pretrain_full"].dataset
     assert "10% of the tagged" in results["lines_pretrain"].dataset
+
+
+def _empty_treebank(data):
+    """``<data>/ud-english-lines/{train,dev,test}.conllu``, empty: the case finds its files (nothing is read).
+    Returns the folder."""
+    folder = data / "ud-english-lines"
+    folder.mkdir()
+    for name in ("train", "dev", "test"):
+        (folder / f"{name}.conllu").write_text("")
+    return folder
+
+
+def _recording_run(record):
+    """A ``run_recipe`` that calls ``record(overrides, out)`` and writes the metrics.json a pretraining would."""
+    def run_recipe(overrides, out):
+        record(overrides, out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text('{"test/loss": 5.0, "test/acc": 0.2}')
+        return {"test/loss": 5.0, "test/acc": 0.2}, 1.0
+    return run_recipe
 
 
 def _recording_compare(calls):
