@@ -229,7 +229,8 @@ def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workfl
     shutil.copytree(original, copy)
     before = _files(original)
     curves = _curve_rows(copy)
-    assert torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+    # one full-graph step per epoch: the finished run's last.ckpt is its state after that one step
+    assert torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 1
 
     # what `python -m seqattn.run resume=b trainer.max_epochs=2` runs (the overrides as Hydra gives them)
     with warnings.catch_warnings(record=True) as caught:
@@ -244,7 +245,7 @@ def test_resuming_a_copied_run_folder_writes_only_into_the_copy(tmp_path, workfl
     assert metrics["best_checkpoint"] == str(copy / "checkpoints" / "best.ckpt")
     assert json.loads((copy / "run_plan.json").read_text())["max_epochs"] == 2
     last = torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True)
-    assert last["epoch"] == 2 and last["seqattn_run_dir"] == str(copy)
+    assert last["global_step"] == 2 and last["seqattn_run_dir"] == str(copy)
     assert str(original) not in (copy / "config.yaml").read_text()
     assert not [s for s in _strings(last["callbacks"]) if str(original) in s]
     # the curves continue: epoch 0's rows as they were, epoch 1's after them, no (epoch, step, metric) twice;

@@ -77,6 +77,25 @@ class EpochProgressBar(RichProgressBar):
         if self._due(batch_idx, self.total_val_batches_current_dataloader):
             super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
+    def _init_progress(self, trainer) -> None:
+        """Lightning's progress, its synchronous redraws made deferred: Rich's ``add_task`` and ``reset`` (a
+        validation's bar, every epoch start) redraw the whole display at once, a few ms each, which a run of
+        short epochs (one full-graph step each: task=social) pays every epoch. Deferred, they are drawn by the
+        refresh thread at its next tick (``refresh_rate`` times a second); stopping the display draws the
+        final state."""
+        super()._init_progress(trainer)
+        progress = self.progress
+        if progress is not None and "refresh" not in vars(progress):
+            progress.refresh = progress.soft_refresh  # a no-op where no refresh thread runs (bar disabled)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        """Lightning adds a new (hidden) validation task at every validation and never removes the old one
+        (its TODO), so each redraw walks one more task per epoch; the replaced task is removed here."""
+        before = self.val_progress_bar_id
+        super().on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+        if self.progress is not None and before is not None and self.val_progress_bar_id != before:
+            self.progress.remove_task(before)
+
     def _get_train_description(self, current_epoch: int) -> str:
         description = f"Epoch {epoch_label(current_epoch, self.trainer.max_epochs)}"
         return f"{description:{len(self.validation_description)}}"  # padded as Lightning pads it: no flicker
@@ -235,17 +254,54 @@ class ExactResume(L.Callback):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``checkpoints/last.ckpt`` at every epoch end and, with ``every_n_steps``, every N training
-    steps too (mid-epoch), so a killed run loses at most N steps (``resume=PATH_TO_RUN``).
+    """``checkpoints/last.ckpt`` at epoch ends and, with ``every_n_steps``, every N training steps too
+    (mid-epoch), so a killed run loses at most N steps (``resume=PATH_TO_RUN``), and at the end of training.
+
+    An epoch end writes it only when ``min_seconds`` have passed since the previous write (0: at every
+    epoch end): epochs of one full-graph step (task=social) would otherwise write a whole checkpoint after
+    every ~10 ms step (~18 ms each, fsync included). Epochs longer than ``min_seconds`` save at every end
+    as before; a killed run loses at most ``max(one epoch, min_seconds)`` of training. Under DDP, rank 0
+    decides and every process follows (the write is collective).
 
     Keeps no other file (``save_top_k=0``); the best checkpoint is the other ModelCheckpoint's job.
     """
 
-    def __init__(self, dirpath: str | Path, every_n_steps: int | None = None) -> None:
+    def __init__(self, dirpath: str | Path, every_n_steps: int | None = None, min_seconds: float = 0.0) -> None:
         if every_n_steps is not None and every_n_steps < 0:
             raise ValueError(f"every_n_steps must be a positive number of training steps or null, got {every_n_steps}")
+        if min_seconds is None or not min_seconds >= 0:
+            raise ValueError(f"min_seconds must be a number of seconds >= 0 (0: every epoch end), got {min_seconds}")
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, enable_version_counter=False)
         self.every_n_steps = int(every_n_steps or 0)
+        self.min_seconds = float(min_seconds)
+        self._written: float | None = None  # time.monotonic() of the last write
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):  # no validation in this epoch
+            self._save_at_epoch_end(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):  # after the epoch's validation
+            self._save_at_epoch_end(trainer)
+
+    def _save_at_epoch_end(self, trainer) -> None:
+        """Lightning's own epoch-end save of ``last.ckpt`` happens only in a step where a top-k checkpoint was
+        written, which with ``save_top_k=0`` is never (lightning 2.6): this callback writes it itself."""
+        if self._should_skip_saving_checkpoint(trainer):
+            return
+        if self.min_seconds > 0:
+            due = self._written is None or time.monotonic() - self._written >= self.min_seconds
+            if trainer.world_size > 1:
+                due = trainer.strategy.broadcast(due, src=0)
+            if not due:
+                return
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _save_last_checkpoint(self, trainer, monitor_candidates) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self._written = time.monotonic()
 
     @property
     def state_key(self) -> str:
