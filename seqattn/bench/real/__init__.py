@@ -45,6 +45,7 @@ CASES: dict[str, str] = {
     "freesolv_pretrain": "pretrain",
     "freesolv_pretrain_full": "pretrain",
     "cora_pretrain": "pretrain",
+    "cora_pretrain_full": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
 }

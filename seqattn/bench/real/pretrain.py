@@ -1,7 +1,8 @@
 """Few labels with and without masked-token pretraining (issue 22): UD English-LinES tagging (``lines_pretrain``,
 below; ``lines_pretrain_full``: the same with all tagged training sentences), FSDD spoken digits
 (:func:`case_fsdd_pretrain`), FreeSolv (``freesolv_pretrain`` / ``freesolv_pretrain_full``, :func:`_freesolv_pretrain`)
-and Cora's 140 labelled papers (:func:`case_cora_pretrain`).
+and Cora (``cora_pretrain``: the Planetoid split's 140 labelled papers; ``cora_pretrain_full``: all 1,208
+outside validation and test; :func:`_cora_pretrain`).
 
 LinES:
 
@@ -334,32 +335,52 @@ CORA_QUICK_EPOCHS = (5, 5)
 
 
 def case_cora_pretrain(ctx: Context) -> Result:
-    """Cora's 140 labels with and without masked-node pretraining on the whole graph (issue 22, item 4).
+    """Cora's 140 labels with and without masked-node pretraining on the whole graph (issue 22, item 4)."""
+    return _cora_pretrain(ctx, "public")
+
+
+def case_cora_pretrain_full(ctx: Context) -> Result:
+    """Cora with all labels (PyG's Planetoid ``split="full"``: the 1,208 labelled nodes outside validation and
+    test train), with and without masked-node pretraining on the whole graph."""
+    return _cora_pretrain(ctx, "full")
+
+
+def _cora_pretrain(ctx: Context, split: str) -> Result:
+    """Cora with and without masked-node pretraining on the whole graph (issue 22, item 4).
 
     1. ``task=social_pretrain experiment=citation_graph_pretrain`` on the Planetoid Cora graph: every paper's
        features and every citation are inputs, no label is read; each step hides half of the training share
        of the nodes (a random 80 %; 10 % are held out to choose the checkpoint by ``val/loss``, 10 % to test it)
        and predicts which words each hidden paper has. The adapter and encoder settings are citation_graph's.
-    2. per seed, ``task=social experiment=citation_graph`` on the Planetoid split (140 / 500 / 1,000 labelled
-       nodes) with ``init_from=<pretrain run>/checkpoints/best.ckpt`` vs the same recipe from scratch: the
-       recipe's own length (up to 200 epochs, early stopping on val accuracy, the best val epoch tested).
+       One run (seed 0) serves both cases (``cora_pretrain`` and ``cora_pretrain_full``: the folder
+       ``<work>/../cora_pretraining``).
+    2. per seed, ``task=social experiment=citation_graph`` with ``init_from=<pretrain run>/checkpoints/best.ckpt``
+       vs the same recipe from scratch, the recipe's own length (up to 200 epochs, early stopping on val
+       accuracy, the best val epoch tested), on the Planetoid split ``split``: ``public`` (140 / 500 / 1,000
+       labelled nodes) or ``full`` (``data.planetoid_split=full``: 1,208 / 500 / 1,000, every labelled node
+       outside validation and test trains).
     """
     raw = ctx.data / "Cora" / "raw"
     if not raw.is_dir():
         raise FileNotFoundError(f"no Planetoid raw files at {raw}")
+    label = "cora_pretrain" + ("" if split == "public" else f"_{split}")
+    shared = Context(data=ctx.data, work=ctx.work.parent / "cora_pretraining", seeds=ctx.seeds, log=ctx.log,
+                     extra=ctx.extra, quick=ctx.quick)
     pretrain_epochs, finetune_epochs = ctx.choose((CORA_PRETRAIN_EPOCHS, None), CORA_QUICK_EPOCHS)
     graph = ["data.source=planetoid", "data.name=Cora", f"data.root={ctx.data}"]
     pretrain = ["task=social_pretrain", *graph, "experiment=citation_graph_pretrain",
                 f"trainer.max_epochs={pretrain_epochs}", "seed=0"]
-    metrics, pretrain_s = _pretrain_once(ctx, pretrain, "cora_pretrain")
-    ckpt = ctx.work / "pretrain" / "checkpoints" / "best.ckpt"
-    ctx.log(f"cora_pretrain: pretrained ({metrics['epochs']} epochs) in {pretrain_s:.0f} s: "
+    metrics, pretrain_s = _pretrain_once(shared, pretrain, label)
+    ckpt = shared.work / "pretrain" / "checkpoints" / "best.ckpt"
+    ctx.log(f"{label}: pretrained ({metrics['epochs']} epochs) in {pretrain_s:.0f} s: "
             f"test/loss {metrics['test/loss']:.4f}")
-    scratch = ["task=social", *graph, "experiment=citation_graph", "plot=false",
+    scratch = ["task=social", *graph, *([] if split == "public" else [f"data.planetoid_split={split}"]),
+               "experiment=citation_graph", "plot=false",
                *([f"trainer.max_epochs={finetune_epochs}"] if finetune_epochs else [])]
     pretrained = scratch + [f"init_from={ckpt}"]
+    labels = ("the Planetoid split's 140 labels" if split == "public"
+              else "all labels (Planetoid split=full: 1,208 training nodes, the 500 val / 1,000 test unchanged)")
     return _pretrained_vs_scratch(
-        ctx, "cora_pretrain", pretrained, scratch,
-        "Cora, the Planetoid split's 140 labels (pretrained on the whole graph, no labels)", "test accuracy",
-        f"pretraining ({pretrain_s:.0f} s wall, {metrics['epochs']} epochs, test masked-node loss "
+        ctx, label, pretrained, scratch, f"Cora, {labels} (pretrained on the whole graph, no labels)",
+        "test accuracy", f"pretraining ({pretrain_s:.0f} s wall, {metrics['epochs']} epochs, test masked-node loss "
         f"{metrics['test/loss']:.4f}): {command_line(pretrain)}", "val")

@@ -16,7 +16,8 @@ Sources (``SocialDataModule(source=...)``):
   ``file:line``; an edge naming a node the node CSV does not list is an error listing the
   first such rows (or, with ``unknown_nodes=skip``, skipped and counted in the log).
 - ``planetoid``: a citation graph (``name``: Cora, CiteSeer, PubMed) with its standard split, read
-  offline from the raw files PyG's ``Planetoid`` reads (``root``), written as the same two CSVs.
+  offline from the raw files PyG's ``Planetoid`` reads (``root``), written as the same two CSVs;
+  ``planetoid_split=full``: every labelled node outside the validation and test nodes trains.
 
 File formats: :mod:`seqattn.modalities.graph.social_files`.
 
@@ -55,6 +56,7 @@ from seqattn.labels import IGNORE_INDEX, SPLITS
 from seqattn.modalities.graph.positional import GRAPH_POSITIONALS, graph_positional_encoding
 from seqattn.modalities.graph.sampling import EgoNeighborSampler, ego_batch
 from seqattn.modalities.graph.social_files import (
+    PLANETOID_SPLITS,
     NodeTable,
     coalesce_edges,
     karate_csv,
@@ -200,6 +202,8 @@ class SocialDataModule(TaskDataModule):
             ``karate``.
         name, root: ``planetoid``: the graph (Cora, CiteSeer, PubMed) and a folder holding ``<name>/raw/``
             (the files PyG's Planetoid reads; read offline), None = PyG's download into ``data_dir``.
+        planetoid_split: ``planetoid``: ``public`` (20 training nodes per class) | ``full`` (every node outside
+            the 500 validation and 1,000 test nodes trains: 1,208 on Cora; validation and test unchanged).
         normalize_features: ``none`` | ``row`` (each node's features divided by their sum).
         nodes, edges: the node and edge CSV files (``source=csv``).
         id_column, label_column, split_column, feature_columns: node CSV columns
@@ -252,6 +256,7 @@ class SocialDataModule(TaskDataModule):
         name: str = "Cora",
         root: str | None = None,
         normalize_features: str = "none",
+        planetoid_split: str = "public",
     ) -> None:
         if source is None:
             source = "csv" if nodes or edges else "karate"
@@ -264,6 +269,8 @@ class SocialDataModule(TaskDataModule):
                              "(a node CSV selects the csv source) or data.nodes")
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not one of {MODES}")
+        if planetoid_split not in PLANETOID_SPLITS:
+            raise ValueError(f"planetoid_split={planetoid_split!r} is not one of {PLANETOID_SPLITS}")
         if unknown_nodes not in ("error", "skip"):
             raise ValueError(f"unknown_nodes={unknown_nodes!r} is not one of ('error', 'skip')")
         if steps_per_epoch <= 0:
@@ -291,6 +298,7 @@ class SocialDataModule(TaskDataModule):
         self.positional, self.pe_dim = positional, int(pe_dim)
         self.sbm = dict(sbm or {})
         self.name, self.root = name, root
+        self.planetoid_split = planetoid_split
         if normalize_features not in ("none", "row"):
             raise ValueError(f"normalize_features={normalize_features!r} is not one of ('none', 'row')")
         self.normalize_features = normalize_features
@@ -305,7 +313,8 @@ class SocialDataModule(TaskDataModule):
         elif self.source == "sbm":
             folder = sbm_csv(self.data_dir, **self.sbm)
         elif self.source == "planetoid":
-            folder = planetoid_csv(self.data_dir, self.name, self.root)
+            folder = planetoid_csv(self.data_dir, self.name, self.root, self.planetoid_split)
+            log.info("Planetoid %s, %s split: %s", self.name, self.planetoid_split, folder)
         else:
             return Path(self.nodes).expanduser(), Path(self.edges).expanduser()
         return folder / "nodes.csv", folder / "edges.csv"

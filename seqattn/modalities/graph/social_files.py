@@ -232,12 +232,20 @@ def karate_csv(data_dir: str | Path) -> Path:
 
 
 PLANETOID = ("Cora", "CiteSeer", "PubMed")
+#: the Planetoid training splits: ``public`` (20 labelled nodes per class) or ``full`` (every labelled node outside
+#: the 500 validation and 1,000 test nodes; PyG's ``Planetoid(split="full")``); validation and test are the same
+PLANETOID_SPLITS = ("public", "full")
 
 
-def planetoid_csv(data_dir: str | Path, name: str = "Cora", root: str | Path | None = None) -> Path:
+def planetoid_csv(data_dir: str | Path, name: str = "Cora", root: str | Path | None = None,
+                  split: str = "public") -> Path:
     """A Planetoid citation graph (Cora, CiteSeer, PubMed) with its standard split (20 labelled nodes
     per class for training, 500 validation, 1,000 test) as ``nodes.csv`` (with a ``split`` column) +
     ``edges.csv`` under ``data_dir/planetoid/<name>/csv``.
+
+    ``split``: ``public`` (the standard split above) or ``full`` (PyG's ``split="full"``: every node outside the
+    500 validation and 1,000 test nodes is a training node -- 1,208 on Cora; validation and test unchanged),
+    written under ``data_dir/planetoid/<name>/csv-full`` so the two splits' files never mix.
 
     The raw files are the ones ``torch_geometric.datasets.Planetoid`` reads (``ind.<name>.x``, ``.tx``,
     ``.allx``, ``.y``, ``.ty``, ``.ally``, ``.graph``, ``.test.index``): from ``root/<name>/raw/`` when
@@ -251,8 +259,10 @@ def planetoid_csv(data_dir: str | Path, name: str = "Cora", root: str | Path | N
     match = {n.lower(): n for n in PLANETOID}.get(str(name).lower())
     if match is None:
         raise ValueError(f"unknown Planetoid graph {name!r}; expected one of {PLANETOID}")
+    if split not in PLANETOID_SPLITS:
+        raise ValueError(f"unknown Planetoid split {split!r} (data.planetoid_split); expected one of {PLANETOID_SPLITS}")
     base = Path(data_dir).expanduser() / "planetoid"
-    folder = base / match / "csv"
+    folder = base / match / ("csv" if split == "public" else f"csv-{split}")
     if (folder / "nodes.csv").is_file() and (folder / "edges.csv").is_file():
         return folder
     raw = base / match / "raw"
@@ -270,7 +280,7 @@ def planetoid_csv(data_dir: str | Path, name: str = "Cora", root: str | Path | N
     from torch_geometric.datasets import Planetoid
 
     try:
-        data = Planetoid(str(base), match)[0]
+        data = Planetoid(str(base), match, split=split)[0]
     except ImportError:
         raise
     except Exception as err:  # noqa: BLE001 -- URLError, HTTP errors, a broken raw file
@@ -280,8 +290,9 @@ def planetoid_csv(data_dir: str | Path, name: str = "Cora", root: str | Path | N
     splits = ["train" if t else "val" if v else "test" if s else "" for t, v, s in
               zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
     once = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
-    log.info("Planetoid %s: %d nodes, %d edges, %d features -> %s", match, data.num_nodes, once.shape[1],
-             data.x.shape[1], folder)
+    log.info("Planetoid %s, %s split (%d train, %d val, %d test nodes): %d nodes, %d edges, %d features -> %s", match,
+             split, *(splits.count(k) for k in ("train", "val", "test")), data.num_nodes,
+             once.shape[1], data.x.shape[1], folder)
     # nodes outside the three splits are the unlabelled rest of the semi-supervised setting: no label
     labels = [f"c{int(c)}" if s else "" for c, s in zip(data.y.tolist(), splits)]
     return _write_graph_csv(folder, ids, data.x, labels, once, splits=splits)

@@ -268,40 +268,49 @@ def test_freesolv_cases_pretrain_once_without_any_evaluated_test_molecule(tmp_pa
         "freesolv_pretrain"].notes
 
 
-def test_cora_case_is_listed_and_skips_naming_the_missing_raw_files(tmp_path):
-    assert CASES["cora_pretrain"] == "pretrain"
-    ctx = Context(data=tmp_path, work=tmp_path / "work", seeds=1, log=print)
+@pytest.mark.parametrize("name", ["cora_pretrain", "cora_pretrain_full"])
+def test_cora_case_is_listed_and_skips_naming_the_missing_raw_files(tmp_path, name):
+    assert CASES[name] == "pretrain"
+    ctx = Context(data=tmp_path, work=tmp_path / "work" / name, seeds=1, log=print)
     with pytest.raises(FileNotFoundError, match="Cora/raw"):
-        pretrain_case.case_cora_pretrain(ctx)
+        getattr(pretrain_case, f"case_{name}")(ctx)
     assert not (tmp_path / "work").exists()
 
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_cora_case_pretrains_on_the_whole_graph_with_the_fine_tunes_adapter(tmp_path, monkeypatch, quick):
+    """Both Cora cases share ONE pretraining (``<work>/../cora_pretraining``); the full case fine-tunes the same
+    recipe on ``data.planetoid_split=full``, the 140-label case on the default public split."""
     (tmp_path / "Cora" / "raw").mkdir(parents=True)
-    runs, calls = [], {}
+    runs, calls, results, tuned = [], {}, {}, {}
 
     def run_recipe(overrides, out):
-        runs.append(overrides)
+        runs.append((overrides, out))
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").write_text('{"test/loss": 0.06, "epochs": 120}')
         return {"test/loss": 0.06, "epochs": 120}, 1.0
 
     monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
     monkeypatch.setattr(pretrain_case, "compare_seeds", _recording_compare(calls))
-    ctx = Context(data=tmp_path, work=tmp_path / "w", seeds=None, log=print, quick=quick)
-    result = pretrain_case.case_cora_pretrain(ctx)
-    pretrain_case.case_cora_pretrain(ctx)  # a rerun reuses the finished pretraining
-    (pretrain,) = runs
+    for name in ("cora_pretrain", "cora_pretrain_full", "cora_pretrain"):  # a rerun reuses the finished pretraining
+        ctx = Context(data=tmp_path, work=tmp_path / "w" / name, seeds=None, log=print, quick=quick)
+        results[name] = getattr(pretrain_case, f"case_{name}")(ctx)
+        tuned[name] = calls["overrides"]
+        assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
+        assert "init_from" not in results[name].notes.split("scratch:")[1] and ("QUICK" in results[name].notes) == quick
+        assert "120 epochs" in results[name].notes and "pretrained 0.8000 (40 ep)" in results[name].notes
+    ((pretrain, out),) = runs  # one pretraining serves both cases
+    assert out == tmp_path / "w" / "cora_pretraining" / "pretrain"
     graph = ["data.source=planetoid", "data.name=Cora", f"data.root={tmp_path}"]
     assert "task=social_pretrain" in pretrain and "experiment=citation_graph_pretrain" in pretrain
-    assert all(o in pretrain for o in graph) and not any("label" in o for o in pretrain)
+    assert all(o in pretrain for o in graph) and not any("label" in o or "split" in o for o in pretrain)
     epochs = pretrain_case.CORA_QUICK_EPOCHS[0] if quick else pretrain_case.CORA_PRETRAIN_EPOCHS
     assert f"trainer.max_epochs={epochs}" in pretrain
-    tuned = calls["overrides"]
-    assert "task=social" in tuned and "experiment=citation_graph" in tuned and all(o in tuned for o in graph)
-    assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
-    assert any(o.startswith("trainer.max_epochs=") for o in tuned) == quick  # else citation_graph's own length
-    assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
-    assert "init_from" not in result.notes.split("scratch:")[1] and ("QUICK" in result.notes) == quick
-    assert "120 epochs" in result.notes and "pretrained 0.8000 (40 ep)" in result.notes
+    few, full = tuned["cora_pretrain"], tuned["cora_pretrain_full"]
+    assert "task=social" in few and "experiment=citation_graph" in few and all(o in few for o in graph)
+    assert f"init_from={out / 'checkpoints' / 'best.ckpt'}" in few
+    assert any(o.startswith("trainer.max_epochs=") for o in few) == quick  # else citation_graph's own length
+    assert not any("planetoid_split" in o for o in few)  # the public split: the 140 labels
+    assert [o for o in full if o != "data.planetoid_split=full"] == few and "data.planetoid_split=full" in full
+    assert "data.planetoid_split=full" in results["cora_pretrain_full"].notes.split("scratch:")[1]
+    assert "140 labels" in results["cora_pretrain"].dataset and "1,208" in results["cora_pretrain_full"].dataset
