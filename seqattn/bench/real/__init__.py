@@ -22,6 +22,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -110,22 +111,71 @@ HEADER = ("| dataset | metric | seqattn mean ± std | reference mean ± std | ra
           "wall per seqattn run | wall per reference run |\n|---|---|---|---|---:|---:|---:|")
 
 
+#: seconds between two progress lines of a running recipe (its latest epoch line) on the bench's stderr
+PROGRESS_EVERY = 60.0
+EPOCH_LINE = re.compile(r"\] - (epoch \d+/\S+[^\r\n]*)")
+
+
 def run_recipe(overrides: list[str], out_dir: Path, timeout: float = 1800) -> tuple[dict, float]:
     """``python -m seqattn.run <overrides>`` in a subprocess (the user's command), writing into
-    ``out_dir``; returns ``(metrics.json, wall seconds)``. A failure raises with the run's output tail."""
+    ``out_dir``; returns ``(metrics.json, wall seconds)``. Its output goes to ``out_dir/stdout.log`` as it runs;
+    every :data:`PROGRESS_EVERY` seconds the bench prints the run's latest epoch line to stderr. A failure
+    raises with the run's output tail; past ``timeout`` seconds the run is killed (``subprocess.TimeoutExpired``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "seqattn.run", *overrides, f"hydra.run.dir={out_dir}"]
     # the command as typed in a terminal: the progress bar on and drawn (bench.measure.TERMINAL_ENV)
     from seqattn.bench.measure import TERMINAL_ENV
 
     env = dict(os.environ, HYDRA_FULL_ERROR="1", **TERMINAL_ENV)
+    log_path = out_dir / "stdout.log"
+    _say(f"{out_dir}: {command_line(overrides)} (output: {log_path})")
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        returncode = watch(proc, log_path, timeout, label=out_dir.name)
     seconds = time.perf_counter() - start
-    (out_dir / "stdout.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    if returncode != 0:
+        output = log_path.read_text(errors="replace")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({returncode}):\n{output[-3000:]}")
     return json.loads((out_dir / "metrics.json").read_text()), seconds
+
+
+def _say(message: str) -> None:
+    print(f"[bench real] {message}", file=sys.stderr, flush=True)
+
+
+def watch(proc: subprocess.Popen, log_path: Path, timeout: float, label: str, every: float | None = None,
+          say: Callable[[str], None] = _say) -> int:
+    """Wait for ``proc`` (writing its output to ``log_path``), saying ``label``'s latest epoch line (the
+    ``epoch N/M ...`` line of :class:`seqattn.training.callbacks.EpochSummary`) every ``every`` seconds
+    (default :data:`PROGRESS_EVERY`). Kills it past ``timeout`` seconds and raises ``subprocess.TimeoutExpired``;
+    returns its exit code."""
+    every = PROGRESS_EVERY if every is None else every
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed >= timeout:
+            proc.kill()
+            proc.wait()
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        try:
+            return proc.wait(timeout=min(every, timeout - elapsed))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() - start < timeout:
+                line = last_epoch_line(log_path)
+                say(f"{label}: {line or 'no epoch finished yet'} [{time.monotonic() - start:.0f} s]")
+
+
+def last_epoch_line(log_path: Path, tail: int = 65536) -> str | None:
+    """The last ``epoch N/M ...`` line in the last ``tail`` bytes of a run's output, or None."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = EPOCH_LINE.findall(text)
+    return found[-1].strip() if found else None
 
 
 def compare_seeds(ctx: "Context", label: str, overrides: list[str], seeds: int, reference: Callable[[int], float],
