@@ -43,6 +43,7 @@ CASES: dict[str, str] = {
     "lines_pretrain": "pretrain",
     "lines_pretrain_full": "pretrain",
     "fsdd_pretrain": "pretrain",
+    "fsdd_pretrain_full": "pretrain",
     "freesolv_pretrain": "pretrain",
     "freesolv_pretrain_full": "pretrain",
     "cora_pretrain": "pretrain",

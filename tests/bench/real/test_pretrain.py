@@ -1,4 +1,4 @@
-"""The ``lines_pretrain(_full)``, ``fsdd_pretrain`` and ``freesolv_pretrain(_full)`` cases of ``python -m seqattn.bench real`` (issue 22): listed,
+"""The ``lines_pretrain(_full)``, ``fsdd_pretrain(_full)`` and ``freesolv_pretrain(_full)`` cases of ``python -m seqattn.bench real`` (issue 22): listed,
 skipped with the missing file named (nothing trained) when the data is absent, and the runs they make (the
 runners replaced by recorders: nothing trained)."""
 
@@ -131,43 +131,65 @@ def _assert_length_chosen_on_dev(tuned, quick):
     assert (f"callbacks.early_stopping.patience={pretrain_case.FINETUNE_PATIENCE}" in tuned) != quick
 
 
-def test_fsdd_case_is_listed_and_skips_naming_the_missing_manifest(tmp_path):
-    assert CASES["fsdd_pretrain"] == "pretrain"
-    ctx = Context(data=tmp_path, work=tmp_path / "work", seeds=1, log=print)
+@pytest.mark.parametrize("name", ["fsdd_pretrain", "fsdd_pretrain_full"])
+def test_fsdd_case_is_listed_and_skips_naming_the_missing_manifest(tmp_path, name):
+    assert CASES[name] == "pretrain"
+    ctx = Context(data=tmp_path, work=tmp_path / "work" / name, seeds=1, log=print)
     with pytest.raises(FileNotFoundError, match="manifest_speakers.csv"):
-        pretrain_case.case_fsdd_pretrain(ctx)
+        getattr(pretrain_case, f"case_{name}")(ctx)
     assert not (tmp_path / "work").exists()
 
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_fsdd_case_pretrains_on_the_training_clips_with_the_fine_tunes_features(tmp_path, monkeypatch, quick):
+    """``fsdd_pretrain`` and ``fsdd_pretrain_full`` share one pretraining (``<work>/../fsdd_pretraining``); the 10 %
+    case chooses its length on val, the full case keeps speech_cls's own length; otherwise the same fine-tunes."""
     manifest = tmp_path / "fsdd" / "manifest_speakers.csv"
     manifest.parent.mkdir()
     manifest.write_text("path,label,speaker,split\n")
-    runs, calls = [], {}
+    runs, calls, results, tuned = [], {}, {}, {}
 
     def run_recipe(overrides, out):
-        runs.append(overrides)
+        runs.append((overrides, out))
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").write_text('{"test/loss": 0.5}')
         return {"test/loss": 0.5}, 1.0
 
     monkeypatch.setattr(pretrain_case, "run_recipe", run_recipe)
     monkeypatch.setattr(pretrain_case, "compare_seeds", _recording_compare(calls))
-    ctx = Context(data=tmp_path, work=tmp_path / "w", seeds=None, log=print, quick=quick)
-    result = pretrain_case.case_fsdd_pretrain(ctx)
-    pretrain_case.case_fsdd_pretrain(ctx)  # a rerun reuses the finished pretraining
-    (pretrain,) = runs
+    for name in ("fsdd_pretrain", "fsdd_pretrain_full"):
+        ctx = Context(data=tmp_path, work=tmp_path / "w" / name, seeds=None, log=print, quick=quick)
+        results[name] = getattr(pretrain_case, f"case_{name}")(ctx)
+        getattr(pretrain_case, f"case_{name}")(ctx)  # a rerun reuses the finished pretraining
+        tuned[name] = calls["overrides"]
+        assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS) and calls["key"] == "test/acc"
+        assert "init_from" not in results[name].notes.split("scratch:")[1] and ("QUICK" in results[name].notes) == quick
+    ((pretrain, out),) = runs  # one pretraining serves both cases
+    assert out == tmp_path / "w" / "fsdd_pretraining" / "pretrain"
     assert "task=speech_pretrain" in pretrain and f"data.manifest={manifest}" in pretrain
     assert "adapter.f_max=4000" in pretrain  # speech_cls's mel band: the fine-tune reads the same features
     assert f"trainer.max_epochs={1 if quick else pretrain_case.FSDD_PRETRAIN_EPOCHS}" in pretrain
-    tuned = calls["overrides"]
-    assert "task=speech_cls" in tuned and "data.train_fraction=0.1" in tuned and f"data.manifest={manifest}" in tuned
-    assert "model=transformer" in tuned  # the pretrained encoder, without speech_cls's default conv stem
-    assert any(o.startswith("init_from=") and o.endswith("best.ckpt") for o in tuned)
-    _assert_length_chosen_on_dev(tuned, quick)
-    assert calls["seeds"] == (1 if quick else pretrain_case.SEEDS)
-    assert "init_from" not in result.notes.split("scratch:")[1] and ("QUICK" in result.notes) == quick
+    few, full = tuned["fsdd_pretrain"], tuned["fsdd_pretrain_full"]
+    assert "task=speech_cls" in few and "data.train_fraction=0.1" in few and f"data.manifest={manifest}" in few
+    assert "model=transformer" in few  # the pretrained encoder, without speech_cls's default conv stem
+    init = f"init_from={out / 'checkpoints' / 'best.ckpt'}"
+    assert init in few and init in full
+    _assert_length_chosen_on_dev(few, quick)
+    # all labels: every labelled training clip, speech_cls's own length (its 20 epochs; 100 would take hours)
+    assert not any(o.startswith("data.train_fraction") for o in full)
+    assert [o for o in full if o.startswith(("trainer.max_epochs", "callbacks."))] == (
+        ["trainer.max_epochs=2"] if quick else [])
+    length = {"data.train_fraction=0.1", *_finetune_length_overrides(quick)}
+    assert [o for o in few if o not in length] == [o for o in full if o != "trainer.max_epochs=2"]
+    assert "all 1,800 labelled" in results["fsdd_pretrain_full"].dataset
+    assert "10% of the labelled" in results["fsdd_pretrain"].dataset
+
+
+def _finetune_length_overrides(quick):
+    """The 10 % cases' fine-tune length overrides (``_finetune_length``)."""
+    return (["trainer.max_epochs=2"] if quick else
+            [f"trainer.max_epochs={pretrain_case.FINETUNE_EPOCHS}",
+             f"callbacks.early_stopping.patience={pretrain_case.FINETUNE_PATIENCE}"])
 
 
 # ------------------------------------------------------------------------------------------------
