@@ -221,3 +221,87 @@ def test_a_pretraining_model_has_nothing_to_predict_with():
     model = _objective()
     with pytest.raises(ValueError, match="pretraining checkpoint.*fine-tune it first"):
         model.predict_step(_batch(), 0)
+
+
+def _prior_loss(kind: str, batches: list[dict], out: dict) -> torch.Tensor:
+    """The loss of predicting, at every hidden token of ``out``, the training targets' mean over every real
+    (maskable) token of ``batches`` -- padding left out -- computed here from the targets themselves."""
+    adapter = ToyAdapter(D, kind)
+    every = [adapter.token_targets(b) for b in batches]
+    values = torch.cat([t.values[t.maskable] for t in every])  # [N] or [N, V]: real tokens only
+    hide, wanted = out["hide"], out["targets"].values[out["hide"]]
+    if kind == "class":
+        freq = torch.bincount(values, minlength=V).float() / values.numel()  # [V]
+        return -freq.log()[wanted].mean()
+    mean = values.float().mean(0)  # [V]
+    if kind == "binary":
+        return -(wanted * mean.log() + (1 - wanted) * (1 - mean).log()).mean()
+    return ((wanted - mean) ** 2).mean()
+
+
+@pytest.mark.parametrize("kind", ["class", "regression", "binary"])
+def test_prior_bias_starts_the_head_at_the_training_targets_prior(kind):
+    """Before the first step the hidden tokens' loss is the prior's: the best constant prediction from the
+    training targets' frequencies (log-odds for binary), the same for every token whatever the encoder says."""
+    model = _objective(kind, ratio=0.5)
+    batches = [_batch(8, 10, seed) for seed in range(3)]  # padding in each: it must not count
+    model.set_prior(model.target_prior(batches))
+    model.eval()
+    # class 0 (padding's id) is never a target: it gets half an observation, not a logit of -inf, which costs
+    # the other classes log(1 + 0.5 / n) ~ 0.003 nats
+    tolerance = {"rtol": 1e-2, "atol": 0.0} if kind == "class" else {"rtol": 1e-5, "atol": 1e-6}
+    for b in batches:
+        out = model(b)
+        torch.testing.assert_close(model.loss(out, b), _prior_loss(kind, batches, out), **tolerance)
+        logits = out["logits"][b["mask"]]
+        assert torch.equal(logits, logits[:1].expand_as(logits))  # one constant prediction: the prior
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(30):  # and the network can move away from it (the weight was zeroed, not frozen)
+        loss = model.loss(model(batches[0]), batches[0])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(model.output_layer().weight.detach().abs().sum()) > 0
+
+
+def test_prior_bias_is_set_when_training_starts_from_the_training_batches_only():
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    model = _objective("binary", ratio=0.5)
+    model.prior_bias = True
+    items = [{k: v[i] for k, v in _batch(12, 10, 7).items()} for i in range(12)]
+    loader = DataLoader(items, batch_size=4, shuffle=False)
+    seen = {}
+
+    class Spy(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if batch_idx == 0:
+                layer = module.output_layer()
+                seen.update(bias=layer.bias.detach().clone(), weight=float(layer.weight.abs().sum()))
+
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[Spy()])
+    trainer.fit(model, train_dataloaders=loader)
+    every = [ToyAdapter(D, "binary").token_targets(b) for b in loader]
+    mean = torch.cat([t.values[t.maskable] for t in every]).mean(0)
+    torch.testing.assert_close(seen["bias"], torch.logit(mean))
+    assert seen["weight"] == 0.0
+    off = _objective("binary", ratio=0.5)  # off by default: the head keeps its random start
+    assert float(off.output_layer().weight.detach().abs().sum()) > 0 and not off.prior_bias
+
+
+def test_scaled_cosine_error_scores_direction_not_scale():
+    model = _objective("regression", ratio=0.5)
+    model.regression_loss, model.cosine_gamma = "cosine", 3.0
+    batch = _batch()
+    out = model(batch)
+    hide = out["hide"]
+    predicted, wanted = out["logits"][hide], out["targets"].values[hide]
+    cos = (predicted * wanted).sum(-1) / (predicted.norm(dim=-1) * wanted.norm(dim=-1))  # per hidden token
+    torch.testing.assert_close(model.loss(out, batch), ((1 - cos) ** 3).mean())
+    scaled = dict(out, logits=out["logits"] * torch.rand(out["logits"].shape[:2] + (1,)).add(0.5))
+    torch.testing.assert_close(model.loss(scaled, batch), model.loss(out, batch))  # each token's scale: no matter
+    with pytest.raises(ValueError, match="regression_loss must be"):
+        MaskedModelling(net=model.hparams.net, regression_loss="l1")
