@@ -469,4 +469,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    from seqattn.cli import exit_without_teardown
+
     main()
+    exit_without_teardown(0)
