@@ -35,7 +35,6 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
 
-from seqattn.labels import IGNORE_INDEX
 from seqattn.objectives.base import Objective
 from seqattn.objectives.ctc_decoding import beam_decode, greedy_decode, pad_sequences
 from seqattn.objectives.labeling import _safe

@@ -47,7 +47,6 @@ Letters: b batch, l tokens, d width, c classes, f features.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch

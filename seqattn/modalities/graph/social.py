@@ -51,7 +51,7 @@ from torch_geometric.loader import NeighborLoader
 from seqattn.datakit.items import Item
 from seqattn.datakit.module import TaskDataModule
 from seqattn.datakit.spec import DataSpec
-from seqattn.datakit.splits import check_fractions, split
+from seqattn.datakit.splits import split
 from seqattn.labels import IGNORE_INDEX, SPLITS
 from seqattn.modalities.graph.positional import GRAPH_POSITIONALS, graph_positional_encoding
 from seqattn.modalities.graph.sampling import EgoNeighborSampler, ego_batch

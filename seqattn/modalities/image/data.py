@@ -47,7 +47,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from seqattn.datakit.items import Item
 from seqattn.datakit.module import PREDICT_SKIP_HINT, TaskDataModule
 from seqattn.datakit.splits import split
 from seqattn.datakit.spec import DataSpec

@@ -17,7 +17,6 @@ from typing import Iterable, Sequence
 
 import torch
 
-from seqattn.datakit.files import iter_lines
 
 log = logging.getLogger("seqattn.modalities.text")
 
