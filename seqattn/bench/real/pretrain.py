@@ -63,12 +63,9 @@ def _lines_pretrain(ctx: Context, fraction: float) -> Result:
     (all of them at 1.0), pretrained vs scratch, the length chosen on dev the same way in both arms."""
     files = _files(ctx)  # FileNotFoundError (the case is skipped) when the treebank is absent
     label = "lines_pretrain" + ("" if fraction < 1.0 else "_full")
-    shared = Context(data=ctx.data, work=ctx.work.parent / "lines_pretraining", seeds=ctx.seeds, log=ctx.log,
-                     extra=ctx.extra, quick=ctx.quick)
     epochs = ctx.choose(PRETRAIN_EPOCHS, 1)
     pretrain = ["task=text_pretrain", *files, f"trainer.max_epochs={epochs}", "cpu_threads=1", "seed=0"]
-    metrics, pretrain_s = _pretrain_once(shared, pretrain, label)
-    ckpt = shared.work / "pretrain" / "checkpoints" / "best.ckpt"
+    metrics, pretrain_s, ckpt = _pretrain_once(ctx, pretrain, label, "lines_pretrain")
     ctx.log(f"{label}: pretrained {epochs} epochs in {pretrain_s:.0f} s: test/loss {metrics['test/loss']:.3f}, "
             f"test/acc {metrics['test/acc']:.3f}")
     scratch = ["task=text_tagging", *files, *([f"data.train_fraction={fraction}"] if fraction < 1.0 else []),
@@ -107,19 +104,27 @@ def _pretrained_vs_scratch(ctx: Context, case: str, pretrained: list[str], scrat
                   f"pretrained {best['seqattn']}, scratch {best['scratch']}")
 
 
-def _pretrain_once(ctx: Context, pretrain: list[str], label: str) -> tuple[dict, float]:
-    """Run the pretraining ``pretrain`` (+ ``ctx.extra``) into ``<work>/pretrain``, or reuse a finished one made by
-    the same command there (a rerun after a fine-tune failure). Returns ``(its metrics.json, wall seconds)``."""
-    out = ctx.work / "pretrain"
+def _pretrain_once(ctx: Context, pretrain: list[str], label: str, case: str) -> tuple[dict, float, Path]:
+    """Run the pretraining ``pretrain`` (+ ``ctx.extra``) into ``<folder>/pretrain``, or reuse a finished one made by
+    the same command there (a rerun after a fine-tune failure, or the other case of the pair). ``folder`` is
+    :func:`_pretraining_folder` of ``case``: one pretraining serves a case and its ``_full`` twin. Returns
+    ``(its metrics.json, wall seconds, its best checkpoint)``."""
+    out = _pretraining_folder(ctx, case) / "pretrain"
+    ckpt = out / "checkpoints" / "best.ckpt"
     done = out / "bench_command.json"
     if done.is_file() and json.loads(done.read_text())["command"] == pretrain + ctx.extra:
         ctx.log(f"{label}: reusing the finished pretraining in {out}")
-        return json.loads((out / "metrics.json").read_text()), json.loads(done.read_text())["seconds"]
+        return json.loads((out / "metrics.json").read_text()), json.loads(done.read_text())["seconds"], ckpt
     start = time.perf_counter()
     metrics, _ = run_recipe(pretrain + ctx.extra, out)
     seconds = time.perf_counter() - start
     done.write_text(json.dumps({"command": pretrain + ctx.extra, "seconds": seconds}))
-    return metrics, seconds
+    return metrics, seconds, ckpt
+
+
+def _pretraining_folder(ctx: Context, case: str) -> Path:
+    """``<work>/../<case>ing`` (``lines_pretrain`` -> ``lines_pretraining``): shared by the case and its ``_full`` twin."""
+    return ctx.work.parent / f"{case}ing"
 
 
 def _dev_summary(ctx: Context, arm: str, seeds: int, val_key: str = "best_val/acc") -> str:
@@ -169,13 +174,10 @@ def _fsdd_pretrain(ctx: Context, fraction: float) -> Result:
     if not manifest.is_file():
         raise FileNotFoundError(f"no {manifest}")
     label = "fsdd_pretrain" + ("" if fraction < 1.0 else "_full")
-    shared = Context(data=ctx.data, work=ctx.work.parent / "fsdd_pretraining", seeds=ctx.seeds, log=ctx.log,
-                     extra=ctx.extra, quick=ctx.quick)
     epochs = ctx.choose(FSDD_PRETRAIN_EPOCHS, 1)
     pretrain = ["task=speech_pretrain", f"data.manifest={manifest}", "adapter.f_max=4000",
                 f"trainer.max_epochs={epochs}", "cpu_threads=1", "seed=0"]
-    metrics, pretrain_s = _pretrain_once(shared, pretrain, label)
-    ckpt = shared.work / "pretrain" / "checkpoints" / "best.ckpt"
+    metrics, pretrain_s, ckpt = _pretrain_once(ctx, pretrain, label, "fsdd_pretrain")
     ctx.log(f"{label}: pretrained {epochs} epochs in {pretrain_s:.0f} s: test/loss {metrics['test/loss']:.3f}")
     # model=transformer: the pretrained network has no conv stem (masked-frame pretraining needs one output per
     # adapter frame), so both sides fine-tune the encoder it pretrained, not speech_cls's default stem_transformer
@@ -328,14 +330,11 @@ def _freesolv_pretrain(ctx: Context, fraction: float) -> Result:
                *([f"data.train_fraction={fraction}"] if fraction < 1.0 else []),
                *ctx.choose([], ["budget.steps=500", "budget.max_epochs=30"])]
     exclude = evaluated_test_smiles(scratch + ctx.extra, seeds)
-    shared = Context(data=ctx.data, work=ctx.work.parent / "freesolv_pretraining", seeds=ctx.seeds, log=ctx.log,
-                     extra=ctx.extra, quick=ctx.quick)
-    smi, counts = write_pretrain_smiles(shared.work, sources, exclude)
+    smi, counts = write_pretrain_smiles(_pretraining_folder(ctx, "freesolv_pretrain"), sources, exclude)
     epochs = ctx.choose(FREESOLV_PRETRAIN_EPOCHS, 1)
     pretrain = ["task=molecule_pretrain", f"data.path={smi}", f"trainer.max_epochs={epochs}", "cpu_threads=1",
                 "seed=0"]
-    metrics, pretrain_s = _pretrain_once(shared, pretrain, label)
-    ckpt = shared.work / "pretrain" / "checkpoints" / "best.ckpt"
+    metrics, pretrain_s, ckpt = _pretrain_once(ctx, pretrain, label, "freesolv_pretrain")
     written = sum(c["written"] for c in counts.values())
     made = (f"{written} molecules ({', '.join(f'{name}: {c}' for name, c in counts.items())}; the "
             f"{len(exclude)} test molecules of seeds 0..{seeds - 1} excluded)")
@@ -388,14 +387,11 @@ def _cora_pretrain(ctx: Context, split: str) -> Result:
     if not raw.is_dir():
         raise FileNotFoundError(f"no Planetoid raw files at {raw}")
     label = "cora_pretrain" + ("" if split == "public" else f"_{split}")
-    shared = Context(data=ctx.data, work=ctx.work.parent / "cora_pretraining", seeds=ctx.seeds, log=ctx.log,
-                     extra=ctx.extra, quick=ctx.quick)
     pretrain_epochs, finetune_epochs = ctx.choose((CORA_PRETRAIN_EPOCHS, None), CORA_QUICK_EPOCHS)
     graph = ["data.source=planetoid", "data.name=Cora", f"data.root={ctx.data}"]
     pretrain = ["task=social_pretrain", *graph, "experiment=citation_graph_pretrain",
                 f"trainer.max_epochs={pretrain_epochs}", "seed=0"]
-    metrics, pretrain_s = _pretrain_once(shared, pretrain, label)
-    ckpt = shared.work / "pretrain" / "checkpoints" / "best.ckpt"
+    metrics, pretrain_s, ckpt = _pretrain_once(ctx, pretrain, label, "cora_pretrain")
     ctx.log(f"{label}: pretrained ({metrics['epochs']} epochs) in {pretrain_s:.0f} s: "
             f"test/loss {metrics['test/loss']:.4f}")
     scratch = ["task=social", *graph, *([] if split == "public" else [f"data.planetoid_split={split}"]),
