@@ -324,8 +324,8 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_weights_and_metrics(task, tm
     while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     proc.kill()  # SIGKILL: no cleanup, no final checkpoint
-    proc.communicate()
-    assert last.exists(), "the run ended before its first checkpoint"
+    out, _ = proc.communicate()
+    assert last.exists(), f"the run ended (exit {proc.returncode}) before its first checkpoint:\n{out[-3000:]}"
     state = torch.load(last, map_location="cpu", weights_only=True)
     loader_state = state["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
     killed_at = state["global_step"]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping
 from omegaconf import OmegaConf, open_dict
 
 from seqattn.configs import task_names
 from seqattn.run import build_callbacks, distill_options, finetune_options, plan_inputs, run, train
-from seqattn.training.callbacks import MonitorGuard
+from seqattn.training.callbacks import BestCheckpoint, MonitorGuard
 from seqattn.training.checkpoint import read_checkpoint
 from seqattn.training.distill import DistillOptions
 from seqattn.training.finetune import FinetuneOptions
@@ -156,7 +156,7 @@ def test_callbacks_follow_the_plan_and_an_early_stopper_is_found_by_type(tmp_pat
     assert len(stoppers) == 2 and {s.patience for s in stoppers} == {5}
     last = build_callbacks(cfg, RunPlan(8, 5, None, early_stopping=False, validate=False))
     assert not any(isinstance(c, EarlyStopping) for c in last)
-    checkpoint = next(c for c in last if type(c) is ModelCheckpoint)
+    checkpoint = next(c for c in last if type(c) is BestCheckpoint)
     guard = next(c for c in last if isinstance(c, MonitorGuard))
     assert checkpoint.monitor is None and guard.monitor is None
     assert OmegaConf.to_yaml(cfg) == before  # nothing written into the config
@@ -261,4 +261,4 @@ def test_a_run_without_validation_saves_the_composed_config_and_the_selection_in
     assert metrics["selection"] == plan.selection_message and plan.selection_message in caplog.text
     assert "no validation examples" in plan.selection_message and metrics["epochs"] == 2
     best = read_checkpoint(run_dir / "checkpoints" / "best.ckpt")
-    assert best["hyper_parameters"]["monitor"] is None and _patience(run_dir / "checkpoints" / "best.ckpt") == []
+    assert best["hyper_parameters"]["monitor"] is None and _patience(run_dir / "checkpoints" / "last.ckpt") == []
