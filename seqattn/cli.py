@@ -12,6 +12,21 @@ import sys
 from typing import Sequence
 
 
+def process_seconds() -> float | None:
+    """Seconds since this process started (Linux ``/proc``: its start tick and the boot time, 10 ms
+    resolution), or None where that is not available: a run's start-up (interpreter, imports, config,
+    data) is this number when its training begins."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        start_ticks = int(fields[19])  # field 22 of proc(5), counted after the command name
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def parse_key_values(argv: Sequence[str], allowed: set[str], required: Sequence[str], usage: str) -> dict[str, str]:
     """Command-line ``key=value`` arguments (``--key=value`` and ``batch-size`` spellings too) ->
     ``{key: value}``; ValueError naming the bad argument or the missing keys, with ``usage``."""

@@ -31,6 +31,7 @@ from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from seqattn.cli import process_seconds
 from seqattn.configs import CONFIG_DIR  # also seqattn.run.CONFIG_DIR for callers
 from seqattn.model.build import locate
 from seqattn.training import log_fast_path
@@ -328,6 +329,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %s encoder, %.2fk parameters", type(model.net.encoder).__name__, n_params / 1e3)
 
+    startup_seconds = process_seconds()  # interpreter, imports, config, data and model, before training
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     fit_seconds = time.perf_counter() - start
@@ -340,6 +342,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "encoder": type(model.net.encoder).__name__,
         "parameters": n_params,
         "epochs": trainer.current_epoch,
+        "startup_seconds": None if startup_seconds is None else round(startup_seconds, 1),
         "fit_seconds": round(fit_seconds, 1),
         "best_checkpoint": best,
         "output_dir": str(out_dir),
@@ -357,7 +360,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if checkpoint is not None and checkpoint.monitor and checkpoint.best_model_score is not None:
         metrics[f"best_{checkpoint.monitor}"] = _jsonable(checkpoint.best_model_score)
     if cfg.get("test"):
+        start = time.perf_counter()
         results = trainer.test(model, datamodule=datamodule, ckpt_path=best, verbose=True)
+        metrics["test_seconds"] = round(time.perf_counter() - start, 1)
         metrics.update({k: _jsonable(v) for k, v in results[0].items()})
         if hasattr(model, "test_summary"):
             metrics.update(model.test_summary())

@@ -185,6 +185,10 @@ def test_a_default_run_prints_what_a_user_needs_and_no_known_noise(tmp_path):
                  f"Loaded model weights from the checkpoint at {tmp_path / 'run' / 'checkpoints' / 'best.ckpt'}",
                  "test/acc"):
         assert kept in printed, (kept, printed)
+    # where the run's time went (bench real's breakdown): start-up counted from the process start, which took at
+    # least the imports (seconds), then the fit and the test
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert 1.0 < metrics["startup_seconds"] < 300 and metrics["fit_seconds"] >= 0 and metrics["test_seconds"] >= 0
 
 
 # ---------------------------------------------------------------------------------------------

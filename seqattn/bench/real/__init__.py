@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import re
 import statistics
@@ -65,6 +66,8 @@ class Context:
     #: ``--quick``: development mode; each case reads it (:meth:`choose`) for fewer seeds and shorter training
     #: on both sides, and says what it shortened in its notes; the table is titled as quick
     quick: bool = False
+    #: every seqattn run :func:`compare_seeds` timed: ``(its metrics.json, wall seconds)``, for the breakdown
+    runs: list[tuple[dict, float]] = field(default_factory=list)
 
     def choose(self, full, quick):
         """``quick`` under ``--quick``, else ``full`` (a case's seed count, epochs, reference settings)."""
@@ -83,6 +86,9 @@ class Result:
     reference_seconds: list[float]
     command: str
     notes: str = ""
+    #: the modules the reference imports: its start-up as a command of its own is measured beside the table
+    #: (the reference's wall column times its training inside the bench's process, imports already done)
+    reference_imports: tuple[str, ...] = ()
 
     def _stat(self, values: list[float]) -> str:
         if not values:
@@ -187,6 +193,7 @@ def compare_seeds(ctx: "Context", label: str, overrides: list[str], seeds: int, 
     ours, ours_s, ref, ref_s = [], [], [], []
     for seed in range(ctx.seeds or seeds):
         metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
+        ctx.runs.append((metrics, seconds))
         ours.append(metrics[key])
         ours_s.append(seconds)
         start = time.perf_counter()
@@ -202,6 +209,35 @@ def recipe_reference(ctx: "Context", overrides: list[str], name: str, key: str =
         return run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"{name}_{seed}")[0][key]
 
     return run_seed
+
+
+def breakdown(runs: list[tuple[dict, float]]) -> str:
+    """Where the seqattn runs' wall went, mean over ``runs`` (``(metrics.json, wall)`` pairs): start-up (process
+    start to training: interpreter, imports, config, data, model), training, test and the rest (figures,
+    files, exit); "" when the runs' metrics.json lack the timings (older runs)."""
+    timed = [(m, w) for m, w in runs if m.get("startup_seconds") is not None and "fit_seconds" in m]
+    if not timed:
+        return ""
+    mean = lambda values: statistics.fmean(values)  # noqa: E731
+    wall = mean([w for _, w in timed])
+    start = mean([m["startup_seconds"] for m, _ in timed])
+    fit = mean([m["fit_seconds"] for m, _ in timed])
+    test = mean([m.get("test_seconds") or 0.0 for m, _ in timed])
+    return (f"seqattn wall {wall:.1f} s = start-up {start:.1f} s (interpreter, imports, config, data, model) + "
+            f"training {fit:.1f} s + test {test:.1f} s + the rest {wall - start - fit - test:.1f} s "
+            f"(figures, files, exit; mean of {len(timed)} runs)")
+
+
+def startup_seconds(modules: tuple[str, ...], rounds: int = 2) -> float:
+    """The fastest of ``rounds`` walls of ``python -c "import <modules>"`` (a fresh interpreter each): what a
+    reference run started as a command of its own spends before its first line of work."""
+    code = "import " + ", ".join(modules)
+    best = math.inf
+    for _ in range(rounds):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def command_line(overrides: list[str]) -> str:
@@ -253,6 +289,14 @@ def run(args: argparse.Namespace) -> int:
             log(f"{name}: skipped ({err})")
             continue
         log(f"{name}: done in {time.perf_counter() - start:.0f} s")
+        timing = [breakdown(ctx.runs)]
+        if result.reference_imports:
+            timing.append(f"the reference started as its own command: `python -c \"import "
+                          f"{', '.join(result.reference_imports)}\"` {startup_seconds(result.reference_imports):.1f} s "
+                          f"before its first line (its wall column starts after the imports)")
+        timing = "; ".join(t for t in timing if t)
+        if timing:
+            result.notes = f"{result.notes}; {timing}" if result.notes else timing
         results.append(result)
         lines.append(result.row())
     table = HEADER + "\n" + "\n".join(lines)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seqattn.bench.real import Context, Result, command_line, compare_seeds, recipe_reference
+from seqattn.bench.real import Context, Result, breakdown, command_line, compare_seeds, recipe_reference
 
 SEEDS = 3
 #: manifest file -> the row's dataset label
@@ -63,7 +63,7 @@ def split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
     seqattn, seq_s, ref, ref_s = compare_seeds(sub, f"fsdd {manifest.stem}", ours, SEEDS,
                                                recipe_reference(sub, cnn, "logmel_cnn"), "log-mel CNN")
     return Result(dataset, "test accuracy", False, seqattn, ref, REFERENCE_NAME, seq_s, ref_s,
-                  command_line(ours), notes=f"reference: {command_line(cnn)}")
+                  command_line(ours), notes="; ".join(filter(None, [f"reference: {command_line(cnn)}", breakdown(sub.runs)])))
 
 
 def case_fsdd(ctx: Context) -> Result:

@@ -241,6 +241,7 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
     for seed in range(seeds):
         run_dir = ctx.work / f"seed{seed}"
         metrics, seconds = run_recipe([*base, f"seed={seed}", *ctx.extra], run_dir)
+        ctx.runs.append((metrics, seconds))
         ours.append(float(metrics[key]))
         our_s.append(seconds)
         splits = recipe_splits(run_dir, target)
@@ -256,7 +257,8 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
                   seqattn_seconds=our_s, reference_seconds=their_s,
                   command=command_line([*base, "seed=<s>", *ctx.extra]),
                   notes=ctx.choose("", "QUICK: budget.steps=500, AttentiveFP 20 epochs; ") + f"seeds 0..{seeds - 1}; test molecules per seed: {', '.join(notes)}; AttentiveFP on the "
-                        "same split, paper features, PyG example settings + best-val epoch")
+                        "same split, paper features, PyG example settings + best-val epoch",
+                  reference_imports=("torch", "rdkit.Chem", "torch_geometric.loader", "torch_geometric.nn.models"))
 
 
 def case_freesolv(ctx: Context) -> Result:
