@@ -1,5 +1,3 @@
-from seqattn.cli import exit_without_teardown
-from seqattn.run import main
+from seqattn.run import cli
 
-main()
-exit_without_teardown(0)
+cli()

@@ -473,8 +473,14 @@ def main(cfg: DictConfig) -> float | None:
         raise
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``seqattn-run`` console script and ``python -m seqattn.run``: :func:`main`, then the end of the
+    process without the teardown of the modules a run imports (``seqattn.cli.exit_without_teardown``)."""
     from seqattn.cli import exit_without_teardown
 
     main()
     exit_without_teardown(0)
+
+
+if __name__ == "__main__":
+    cli()

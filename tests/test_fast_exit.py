@@ -40,3 +40,35 @@ def test_a_live_non_daemon_thread_is_left_to_python_to_join():
         print("returned", flush=True)
     """)
     assert done.returncode == 0 and "returned" in done.stdout and "thread done" in done.stdout
+
+
+def test_the_console_script_ends_without_the_module_teardown(monkeypatch):
+    """``seqattn-run`` (pyproject's entry point) runs, then ends without the module teardown, as
+    ``python -m seqattn.run`` does (both call ``seqattn.run.cli``)."""
+    import importlib
+    import tomllib
+    from pathlib import Path
+
+    import pytest
+
+    import seqattn.cli
+    import seqattn.run
+
+    scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, name = scripts["seqattn-run"].partition(":")
+    entry = getattr(importlib.import_module(module), name)
+    calls = []
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code):
+        calls.append(("os._exit", code))
+        raise Exited
+
+    monkeypatch.setattr(seqattn.run, "main", lambda: calls.append(("main",)))
+    monkeypatch.setattr(seqattn.cli.os, "_exit", fake_exit)
+    monkeypatch.setattr("atexit._run_exitfuncs", lambda: None)  # not pytest's own handlers, now
+    with pytest.raises(Exited):
+        entry()
+    assert calls == [("main",), ("os._exit", 0)]
