@@ -47,8 +47,11 @@ Letters: b batch, l tokens, d width, c classes, f features.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import random
+from typing import Any, Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -230,10 +233,11 @@ class MaskedModelling(Objective):
     def on_train_start(self) -> None:
         if not self.prior_bias or self.global_step > 0:  # a resumed run keeps its trained head
             return
-        loader = self.trainer.datamodule.train_dataloader() if self.trainer.datamodule is not None \
-            else self.trainer.train_dataloader
-        batches = (self._apply_batch_transfer_handler(b) for _, b in zip(range(self.prior_batches), loader))
-        self.set_prior(self.target_prior(batches))
+        with _random_states_kept():  # the extra loader's shuffle and worker seeds: not drawn from the run's streams
+            loader = self.trainer.datamodule.train_dataloader() if self.trainer.datamodule is not None \
+                else self.trainer.train_dataloader
+            batches = (self._apply_batch_transfer_handler(b) for _, b in zip(range(self.prior_batches), loader))
+            self.set_prior(self.target_prior(batches))
 
     # --- one step ----------------------------------------------------------------------
 
@@ -309,3 +313,17 @@ class MaskedModelling(Objective):
 
 
 __all__ = ["MaskedModelling", "TokenTargets", "choose_hidden", "content_scores"]
+
+
+@contextlib.contextmanager
+def _random_states_kept() -> Iterator[None]:
+    """The global random states (torch, CUDA, numpy, python) as they were on entry, restored on exit: work done
+    inside (an extra pass over a shuffled loader) leaves the training's random streams where they were."""
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            np.random.set_state(numpy_state)
+            random.setstate(python_state)

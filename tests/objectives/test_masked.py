@@ -292,6 +292,48 @@ def test_prior_bias_is_set_when_training_starts_from_the_training_batches_only()
     assert float(off.output_layer().weight.detach().abs().sum()) > 0 and not off.prior_bias
 
 
+def test_the_prior_pass_leaves_the_runs_random_streams_where_they_were():
+    """prior_bias reads training batches through an extra pass over the (shuffled) loader before training: the
+    run's first batches and its masking draws must be those of the same run without it."""
+    import random
+
+    import lightning as L
+    import numpy as np
+    from torch.utils.data import DataLoader
+
+    items = [{k: v[i] for k, v in _batch(24, 10, 7).items()} for i in range(24)]
+
+    class Drawing(torch.utils.data.Dataset):  # an augmenting dataset: numpy and python draws per item
+        def __len__(self):
+            return len(items)
+
+        def __getitem__(self, i):
+            np.random.rand(), random.random()
+            return items[i]
+
+    def fit(prior_bias: bool) -> tuple[list[torch.Tensor], list[float]]:
+        L.seed_everything(0)
+        model = _objective("binary", ratio=0.5)
+        model.prior_bias = prior_bias
+        seen, draws = [], []
+
+        class Spy(L.Callback):
+            def on_train_batch_start(self, trainer, module, batch, batch_idx):
+                seen.append(batch["ids"].clone())
+                draws.append((torch.rand(()).item(), float(np.random.rand()), random.random()))
+
+        trainer = L.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, callbacks=[Spy()])
+        trainer.fit(model, train_dataloaders=DataLoader(Drawing(), batch_size=4, shuffle=True))
+        return seen, draws
+
+    with_prior, without = fit(True), fit(False)
+    assert len(with_prior[0]) == 3
+    for a, b in zip(with_prior[0], without[0]):
+        assert torch.equal(a, b)  # the same shuffled order
+    assert with_prior[1] == without[1]  # torch, numpy and python draws at each step: the same
+
+
 def test_scaled_cosine_error_scores_direction_not_scale():
     model = _objective("regression", ratio=0.5)
     model.regression_loss, model.cosine_gamma = "cosine", 3.0
