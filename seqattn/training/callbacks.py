@@ -273,7 +273,25 @@ def _detached_copy(obj: Any) -> Any:
     return obj
 
 
-class BestCheckpoint(ModelCheckpoint):
+class _Throttled:
+    """At most one write per ``min_seconds`` (>= 0; 0: no limit): ``_due()`` since the last ``_wrote()``."""
+
+    min_seconds: float = 0.0
+    _written: float | None = None  # time.monotonic() of the last write
+
+    def _set_min_seconds(self, value: float, zero_means: str) -> None:
+        if value is None or not value >= 0:
+            raise ValueError(f"min_seconds must be a number of seconds >= 0 (0: {zero_means}), got {value}")
+        self.min_seconds, self._written = float(value), None
+
+    def _due(self) -> bool:
+        return self._written is None or time.monotonic() - self._written >= self.min_seconds
+
+    def _wrote(self) -> None:
+        self._written = time.monotonic()
+
+
+class BestCheckpoint(_Throttled, ModelCheckpoint):
     """``checkpoints/best.ckpt``: Lightning's ``ModelCheckpoint`` (``save_top_k=1``: the epoch with the best
     monitored value, or the latest without a monitor), written at most every ``min_seconds``.
 
@@ -292,22 +310,15 @@ class BestCheckpoint(ModelCheckpoint):
     """
 
     def __init__(self, *args: Any, min_seconds: float = 0.0, **kwargs: Any) -> None:
-        if min_seconds is None or not min_seconds >= 0:
-            raise ValueError(f"min_seconds must be a number of seconds >= 0 (0: write every new best at once), "
-                             f"got {min_seconds}")
+        self._set_min_seconds(min_seconds, "write every new best at once")
         super().__init__(*args, **kwargs)
-        self.min_seconds = float(min_seconds)
-        self._written: float | None = None  # time.monotonic() of the last write
         self._pending: tuple[dict[str, Any], str] | None = None  # (checkpoint, path) not yet written
 
-    def _due(self) -> bool:
-        return self._written is None or time.monotonic() - self._written >= self.min_seconds
-
     def _save_checkpoint(self, trainer, filepath: str) -> None:
-        if self.min_seconds <= 0 or trainer.world_size > 1 or self._due():
+        if trainer.world_size > 1 or self._due():
             self._pending = None
             super()._save_checkpoint(trainer, filepath)
-            self._written = time.monotonic()
+            self._wrote()
             return
         checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)
         self._pending = (_detached_copy(checkpoint), filepath)
@@ -321,7 +332,7 @@ class BestCheckpoint(ModelCheckpoint):
         checkpoint, filepath = self._pending
         self._pending = None
         trainer.strategy.save_checkpoint(checkpoint, filepath)
-        self._written = time.monotonic()
+        self._wrote()
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.after_save_checkpoint(proxy(self))
@@ -340,7 +351,7 @@ class BestCheckpoint(ModelCheckpoint):
         self.write_pending(trainer)
 
 
-class LastCheckpoint(ModelCheckpoint):
+class LastCheckpoint(_Throttled, ModelCheckpoint):
     """``checkpoints/last.ckpt`` at epoch ends and, with ``every_n_steps``, every N training steps too
     (mid-epoch), so a killed run loses at most N steps (``resume=PATH_TO_RUN``), and at the end of training.
 
@@ -356,12 +367,9 @@ class LastCheckpoint(ModelCheckpoint):
     def __init__(self, dirpath: str | Path, every_n_steps: int | None = None, min_seconds: float = 0.0) -> None:
         if every_n_steps is not None and every_n_steps < 0:
             raise ValueError(f"every_n_steps must be a positive number of training steps or null, got {every_n_steps}")
-        if min_seconds is None or not min_seconds >= 0:
-            raise ValueError(f"min_seconds must be a number of seconds >= 0 (0: every epoch end), got {min_seconds}")
+        self._set_min_seconds(min_seconds, "every epoch end")
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, enable_version_counter=False)
         self.every_n_steps = int(every_n_steps or 0)
-        self.min_seconds = float(min_seconds)
-        self._written: float | None = None  # time.monotonic() of the last write
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         super().on_train_epoch_end(trainer, pl_module)
@@ -379,7 +387,7 @@ class LastCheckpoint(ModelCheckpoint):
         if self._should_skip_saving_checkpoint(trainer):
             return
         if self.min_seconds > 0:
-            due = self._written is None or time.monotonic() - self._written >= self.min_seconds
+            due = self._due()
             if trainer.world_size > 1:
                 due = trainer.strategy.broadcast(due, src=0)
             if not due:
@@ -391,7 +399,7 @@ class LastCheckpoint(ModelCheckpoint):
             if isinstance(best, BestCheckpoint):
                 best.write_pending(trainer)
         super()._save_last_checkpoint(trainer, monitor_candidates)
-        self._written = time.monotonic()
+        self._wrote()
 
     @property
     def state_key(self) -> str:

@@ -218,11 +218,10 @@ def breakdown(runs: list[tuple[dict, float]]) -> str:
     timed = [(m, w) for m, w in runs if m.get("startup_seconds") is not None and "fit_seconds" in m]
     if not timed:
         return ""
-    mean = lambda values: statistics.fmean(values)  # noqa: E731
-    wall = mean([w for _, w in timed])
-    start = mean([m["startup_seconds"] for m, _ in timed])
-    fit = mean([m["fit_seconds"] for m, _ in timed])
-    test = mean([m.get("test_seconds") or 0.0 for m, _ in timed])
+    wall = statistics.fmean(w for _, w in timed)
+    start = statistics.fmean(m["startup_seconds"] for m, _ in timed)
+    fit = statistics.fmean(m["fit_seconds"] for m, _ in timed)
+    test = statistics.fmean(m.get("test_seconds") or 0.0 for m, _ in timed)
     return (f"seqattn wall {wall:.1f} s = start-up {start:.1f} s (interpreter, imports, config, data, model) + "
             f"training {fit:.1f} s + test {test:.1f} s + the rest {wall - start - fit - test:.1f} s "
             f"(figures, files, exit; mean of {len(timed)} runs)")
