@@ -12,6 +12,11 @@ Splits, in this order:
 3. speakers given on every line: by speaker, so val and test speakers are unseen in training;
 4. otherwise by clip at random. All seeded (``seed``), fractions ``val_fraction`` / ``test_fraction``.
 
+``val_speakers`` then makes validation speaker-held-out: every train or val clip of those speakers
+becomes a val clip, and the val clips of every other speaker go back to training (nothing is dropped;
+the log says how many moved). Use it when the test speakers are unseen (a manifest with speakers held
+out): validation by takes of the training speakers cannot choose settings for voices never heard.
+
 ``train_fraction < 1`` keeps a seeded, label-stratified share of the training clips (learning
 curves, distillation onto a small labeled subset); val and test stay whole.
 
@@ -90,6 +95,8 @@ class ClipDataModule(TaskDataModule):
         label_column: the column holding each clip's label (``speaker``: speaker identification).
         speaker_column: the column naming the speaker (None: no speakers).
         split_column: the column with each clip's split (None: ignore it and split by seed).
+        val_speakers: speakers whose clips form the val split, none of them in training (see the
+            module docstring); None: the split above as it is.
         train_fraction: keep this label-stratified share of the training clips (seeded).
         sample_rate, win_ms: audio rate and the analysis window (clips shorter than one window are
             skipped and counted).
@@ -106,6 +113,7 @@ class ClipDataModule(TaskDataModule):
         label_column: str = "label",
         speaker_column: str | None = "speaker",
         split_column: str | None = "split",
+        val_speakers: Sequence[str] | None = None,
         labels: Sequence[str] | None = None,
         train_fraction: float = 1.0,
         sample_rate: int = 16000,
@@ -129,6 +137,12 @@ class ClipDataModule(TaskDataModule):
                          encoding=encoding, train_fraction=train_fraction)
         self.source, self.manifest = source, manifest
         self.label_column, self.speaker_column, self.split_column = label_column, speaker_column, split_column
+        if isinstance(val_speakers, str):
+            val_speakers = [val_speakers]
+        self.val_speakers = [str(v) for v in val_speakers] if val_speakers else []
+        if self.val_speakers and (not speaker_column or label_column == speaker_column):
+            raise ValueError(f"val_speakers={self.val_speakers} needs speakers that are not the label: "
+                             f"speaker_column={speaker_column!r}, label_column={label_column!r}")
         self.sample_rate = int(sample_rate)
         self.win = ms_to_samples(win_ms, sample_rate)
         if self.win <= 0:
@@ -171,10 +185,36 @@ class ClipDataModule(TaskDataModule):
         else:
             self.split_method = "by clip at random" + (" (some lines have no speaker)" if any(
                 it["speaker"] for it in items) else "")
-        return split(items, self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
-                     group=None if speaker_id or not has_speakers else (lambda it: it["speaker"]),
-                     stratify=(lambda it: it["label"]) if speaker_id else None,
-                     where=lambda it: it["where"], what="clips")
+        splits = split(items, self.val_fraction, self.test_fraction, self.seed, given=lambda it: it["split"],
+                       group=None if speaker_id or not has_speakers else (lambda it: it["speaker"]),
+                       stratify=(lambda it: it["label"]) if speaker_id else None,
+                       where=lambda it: it["where"], what="clips")
+        return self._speakers_to_val(splits) if self.val_speakers else splits
+
+    def _speakers_to_val(self, splits: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        """``splits`` with val = every train/val clip of ``val_speakers`` and the other speakers' val clips
+        back in train; ``ValueError`` for a speaker the manifest lacks or one with test clips."""
+        wanted = set(self.val_speakers)
+        pool = splits["train"] + splits["val"]
+        known = {it["speaker"] for it in pool if it["speaker"]}
+        tested = {it["speaker"] for it in splits["test"] if it["speaker"]}
+        if wanted & tested:
+            raise ValueError(f"val_speakers {sorted(wanted & tested)} have test clips: a validation speaker must not "
+                             f"be tested; the test speakers are {sorted(tested)}")
+        if wanted - known:
+            raise ValueError(f"val_speakers {sorted(wanted - known)} have no train or val clip in {self.manifest}; "
+                             f"the speakers there are {sorted(known)}")
+        val = [it for it in pool if it["speaker"] in wanted]
+        train = [it for it in pool if it["speaker"] not in wanted]
+        if not train:
+            raise ValueError(f"val_speakers={sorted(wanted)} leave no training clips: they are every speaker "
+                             f"outside test ({sorted(known)})")
+        to_val = sum(it["speaker"] in wanted for it in splits["train"])
+        to_train = sum(it["speaker"] not in wanted for it in splits["val"])
+        log.info("val_speakers %s: %d of their training clips moved to val, %d val clips of other speakers moved "
+                 "to training", sorted(wanted), to_val, to_train)
+        self.split_method += f"; validation speakers {', '.join(sorted(wanted))} (unseen in training)"
+        return {**splits, "train": train, "val": val}
 
     def subsample_train(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.train_fraction >= 1.0 or not items:

@@ -142,6 +142,48 @@ def test_given_split_is_used_and_without_speakers_clips_are_split_at_random(tmp_
     assert dm.spec().groups == {}
 
 
+def _split_manifest(tmp_path) -> Path:
+    """6 speakers x 3 words x 3 takes with a split column: s0-s3 train (take 2 val), s4-s5 test."""
+    rows = []
+    for s in range(6):
+        for word in ("yes", "no", "stop"):
+            for take in range(3):
+                _wav(tmp_path / "wav" / f"{word}_s{s}_{take}.wav")
+                split = "test" if s >= 4 else ("val" if take == 2 else "train")
+                rows.append(f"wav/{word}_s{s}_{take}.wav,{word},s{s},{split}")
+    return _csv(tmp_path / "split.csv", rows, header="path,label,speaker,split")
+
+
+def test_val_speakers_validate_on_unseen_speakers_and_lose_no_clip(tmp_path, caplog):
+    manifest = _split_manifest(tmp_path)
+    plain = _module(manifest)
+    assert _speakers(plain, "val") == {"s0", "s1", "s2", "s3"}  # the manifest's val: takes of training speakers
+    with caplog.at_level("INFO"):
+        dm = _module(manifest, val_speakers=["s1", "s3"])
+    assert _speakers(dm, "val") == {"s1", "s3"} and _speakers(dm, "train") == {"s0", "s2"}
+    assert len(dm.datasets["val"].items) == 18 and len(dm.datasets["train"].items) == 18  # every take of s1, s3
+    paths = lambda d: sorted(it["path"] for name in ("train", "val") for it in d.datasets[name].items)  # noqa: E731
+    assert paths(dm) == paths(plain)  # the other speakers' val takes went back to training: nothing dropped
+    assert [it["path"] for it in dm.datasets["test"].items] == [it["path"] for it in plain.datasets["test"].items]
+    assert "validation speakers s1, s3" in dm.split_method
+    assert "12 of their training clips moved to val, 6 val clips of other speakers moved to training" in caplog.text
+    assert _speakers(_module(manifest, val_speakers="s2"), "val") == {"s2"}  # one name on the command line
+
+
+def test_val_speakers_are_checked(tmp_path):
+    manifest = _split_manifest(tmp_path)
+    with pytest.raises(ValueError, match=r"val_speakers \['s4'\] have test clips.*test speakers are \['s4', 's5'\]"):
+        _module(manifest, val_speakers=["s4"])
+    with pytest.raises(ValueError, match=r"val_speakers \['bob'\] have no train or val clip.*\['s0', 's1', 's2', 's3'\]"):
+        _module(manifest, val_speakers=["s0", "bob"])
+    with pytest.raises(ValueError, match="leave no training clips"):
+        _module(manifest, val_speakers=["s0", "s1", "s2", "s3"])
+    with pytest.raises(ValueError, match="needs speakers that are not the label"):
+        ClipDataModule(manifest=str(manifest), val_speakers=["s0"], label_column="speaker")
+    with pytest.raises(ValueError, match="needs speakers that are not the label"):
+        ClipDataModule(manifest=str(manifest), val_speakers=["s0"], speaker_column=None)
+
+
 def test_train_fraction_keeps_a_stratified_share_of_the_training_clips(clips):
     full = _module(clips)
     half = _module(clips, train_fraction=0.5)
