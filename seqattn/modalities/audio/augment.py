@@ -1,5 +1,6 @@
 """Training-only audio augmentation, inside the adapter: random crop and time shift, additive noise at
-a random SNR (on the waveform), SpecAugment time and frequency masks (on the frame features).
+a random SNR (on the waveform), vocal tract length perturbation (a per-clip frequency warp of the power
+spectrum, VTLP), SpecAugment time and frequency masks (on the frame features).
 
 It lives in the adapter (:class:`AugmentedAudioAdapter`, active only while ``self.training``), not
 in the data's collate: the draws then come from torch's global random state like dropout's, so an
@@ -126,7 +127,9 @@ class AugmentedAudioAdapter(AudioAdapter):
     same checkpoint keys, same exports).
 
     Args (besides ``AudioAdapter``'s): ``crop``, ``shift_ms``, ``noise_p``, ``snr_db`` (:class:`WaveAugment`),
-    ``time_masks``, ``time_mask_frames``, ``freq_masks``, ``freq_mask_bins`` (:class:`SpecAugment`).
+    ``time_masks``, ``time_mask_frames``, ``freq_masks``, ``freq_mask_bins`` (:class:`SpecAugment`);
+    ``warp``: each clip's frequency axis scaled by a factor drawn uniformly from ``[1 - warp, 1 + warp]``
+    (:func:`~seqattn.modalities.audio.features.warp_frequencies`; 0 = off; logmel / mfcc features only).
 
     ``augmented_inputs``: after a training forward, the augmented ``{"waveform", "lengths"}`` it read
     (None without waveform augmentation), so a distillation teacher can be shown the same augmented clips as the student
@@ -137,8 +140,13 @@ class AugmentedAudioAdapter(AudioAdapter):
 
     def __init__(self, dim: int, *args, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
                  snr_db: Sequence[float] = (10.0, 30.0), time_masks: int = 0, time_mask_frames: int = 10,
-                 freq_masks: int = 0, freq_mask_bins: int = 8, **kwargs) -> None:
+                 freq_masks: int = 0, freq_mask_bins: int = 8, warp: float = 0.0, **kwargs) -> None:
         super().__init__(dim, *args, **kwargs)
+        if not 0.0 <= warp < 1.0:
+            raise ValueError(f"warp={warp} must be in [0, 1): the largest change of a clip's frequency scale")
+        if warp > 0 and self.features.kind == "raw":
+            raise ValueError(f"warp={warp} needs a spectrum: features='raw' has none (use logmel or mfcc)")
+        self.warp = float(warp)
         self.wave_augment = WaveAugment(self.features.sample_rate, crop, shift_ms, noise_p, snr_db,
                                         min_samples=self.features.win)
         self.spec_augment = SpecAugment(time_masks, time_mask_frames, freq_masks, freq_mask_bins)
@@ -156,7 +164,7 @@ class AugmentedAudioAdapter(AudioAdapter):
     def forward(self, waveform: torch.Tensor, lengths: torch.Tensor | None = None):
         """``waveform [B, T]``, ``lengths [B]`` -> Tokens(x ``[B, F, dim]``, mask ``[B, F]``), augmented
         while training; ``extra["features"]`` holds the (augmented) frame features."""
-        if not self.training or not (self.wave_augment.active or self.spec_augment.active):
+        if not self.training or not (self.wave_augment.active or self.spec_augment.active or self.warp > 0):
             return super().forward(waveform, lengths)  # no state is touched: export and eval see AudioAdapter
         if waveform.dim() == 1:
             waveform = waveform[None]
@@ -166,7 +174,10 @@ class AugmentedAudioAdapter(AudioAdapter):
         if self.wave_augment.active:
             waveform, lengths = self.wave_augment(waveform.float(), lengths)
             self.augmented_inputs = {"waveform": waveform, "lengths": lengths}
-        feats, mask = self.features(waveform, lengths)  # [B, F, C], [B, F]
+        warp = None
+        if self.warp > 0:
+            warp = 1.0 + self.warp * (2 * torch.rand(waveform.shape[0], device=waveform.device) - 1)  # [B]
+        feats, mask = self.features(waveform, lengths, warp)  # [B, F, C], [B, F]
         if self.spec_augment.active:
             feats = self.spec_augment(feats, mask)
         x = self.dropout(self.proj(feats))  # [B, F, D]

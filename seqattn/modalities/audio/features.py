@@ -99,6 +99,37 @@ def frame_labels(
     return out
 
 
+def warp_frequencies(spec: torch.Tensor, alpha: torch.Tensor, boundary: float = 0.9) -> torch.Tensor:
+    """Vocal tract length perturbation (Jaitly & Hinton 2013): each item's frequency axis scaled by its
+    factor, piecewise linearly so that 0 and the Nyquist frequency stay fixed.
+
+    A source frequency ``f`` moves to ``alpha * f`` up to ``boundary * nyquist * min(alpha, 1) / alpha``,
+    then linearly to the Nyquist frequency; the output bins read the source bins by linear interpolation.
+
+    Args:
+        spec: ``[B, K, F]`` power spectra (``K`` bins from 0 to the Nyquist frequency, ``F`` frames).
+        alpha: ``[B]`` warp factors (> 0; 1 = unchanged; VTLP draws them from ~[0.9, 1.1]).
+        boundary: where the linear part ends, as a share of the Nyquist frequency.
+
+    Returns:
+        ``[B, K, F]``: ``alpha > 1`` moves energy up (a shorter vocal tract), ``< 1`` down.
+    """
+    b, k, _ = spec.shape
+    if alpha.shape != (b,):
+        raise ValueError(f"alpha must be [B] = [{b}], got shape {tuple(alpha.shape)}")
+    nyq = float(k - 1)  # in bins
+    a = alpha.to(spec.dtype)[:, None]  # [B, 1]
+    out = torch.arange(k, device=spec.device, dtype=spec.dtype)[None]  # [1, K] output bins
+    cut = boundary * nyq * torch.clamp(a, max=1.0) / a  # [B, 1] source frequency where the linear part ends
+    low = out / a  # [B, K] source bin below the cut
+    high = nyq - (nyq - out) * (nyq - cut) / (nyq - a * cut)  # [B, K] above it: to the Nyquist frequency
+    src = torch.where(out <= a * cut, low, high).clamp(0.0, nyq)  # [B, K]
+    lo = src.floor().long().clamp(max=k - 2)  # [B, K]
+    frac = (src - lo.to(spec.dtype))[..., None]  # [B, K, 1]
+    index = lo[..., None].expand(-1, -1, spec.shape[-1])  # [B, K, F]
+    return spec.gather(1, index) * (1 - frac) + spec.gather(1, index + 1) * frac
+
+
 class AudioFeatures(nn.Module):
     """Waveform -> frame features: ``raw`` window samples, ``logmel`` or ``mfcc``.
 
@@ -213,13 +244,15 @@ class AudioFeatures(nn.Module):
         return torch.where(lengths >= self.win, 1 + (lengths - self.win).div(self.hop, rounding_mode="floor"), 0)
 
     def forward(
-        self, waveform: torch.Tensor, lengths: torch.Tensor | None = None
+        self, waveform: torch.Tensor, lengths: torch.Tensor | None = None, warp: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Frame features of a padded batch.
 
         Args:
             waveform: ``[B, T]`` float (or ``[T]``, a batch of one), zero-padded.
             lengths: ``[B]`` long real samples per item, or None (all ``T``).
+            warp: ``[B]`` float frequency-warp factors (VTLP, :func:`warp_frequencies`) applied to the
+                power spectrum before the mel filters; None: no warp. ``logmel`` / ``mfcc`` only.
 
         Returns:
             feats ``[B, F, C]`` with ``F = num_frames(T, win, hop)``, ``C = feature_dim``;
@@ -229,7 +262,11 @@ class AudioFeatures(nn.Module):
         if self.kind == "raw":
             feats = waveform.unfold(-1, self.win, self.hop)  # [B, F, win]
         else:
-            power = self.mel(waveform)  # [B, n_mels, F]
+            if warp is None:
+                power = self.mel(waveform)  # [B, n_mels, F]
+            else:
+                spec = warp_frequencies(self.mel.spectrogram(waveform), warp)  # [B, n_fft // 2 + 1, F]
+                power = self.mel.mel_scale(spec)  # [B, n_mels, F]
             feats = torch.log(power + _LOG_EPS).transpose(1, 2)  # [B, F, n_mels]
             if self.kind == "mfcc":
                 feats = feats @ self.dct  # [B, F, n_mfcc]

@@ -1,4 +1,4 @@
-"""Training-only augmentation in the audio adapter: crop, shift, noise at an SNR, SpecAugment masks."""
+"""Training-only augmentation in the audio adapter: crop, shift, noise at an SNR, SpecAugment masks, VTLP."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import torch
 
 from seqattn.modalities.audio.adapter import AudioAdapter
 from seqattn.modalities.audio.augment import AugmentedAudioAdapter, SpecAugment, WaveAugment
+from seqattn.modalities.audio.features import AudioFeatures, warp_frequencies
 
 ALL = dict(crop=0.8, shift_ms=50, noise_p=1.0, snr_db=(5, 20), time_masks=2, time_mask_frames=8, freq_masks=2,
-           freq_mask_bins=6)
+           freq_mask_bins=6, warp=0.1)
 
 
 def _batch():
@@ -95,12 +96,58 @@ def test_spec_augment_masks_bands_and_frames_with_zeros():
     assert not out[1, 30:].any()
 
 
+def test_warp_scales_frequencies_below_the_boundary_and_keeps_the_band_edges():
+    spec = torch.rand(2, 101, 5)
+    torch.testing.assert_close(warp_frequencies(spec, torch.ones(2)), spec, rtol=0, atol=0)
+    tone = torch.zeros(3, 101, 1)
+    tone[:, 40] = 1.0  # a tone at bin 40 (of 0..100 = Nyquist)
+    moved = warp_frequencies(tone, torch.tensor([1.1, 0.9, 1.0]))[..., 0]  # [3, 101]
+    assert moved.argmax(1).tolist() == [44, 36, 40]
+    edges = torch.zeros(2, 101, 1)
+    edges[:, 0] = edges[:, 100] = 1.0
+    kept = warp_frequencies(edges, torch.tensor([1.1, 0.9]))[..., 0]
+    assert kept[:, 0].tolist() == [1.0, 1.0] and kept[:, 100].tolist() == [1.0, 1.0]  # 0 Hz and Nyquist fixed
+    with pytest.raises(ValueError, match=r"alpha must be \[B\] = \[2\]"):
+        warp_frequencies(spec, torch.ones(3))
+
+
+def test_warped_features_move_a_tone_up_the_mel_scale():
+    t = torch.arange(16000) / 16000
+    wave = torch.sin(2 * torch.pi * 1000 * t)[None].repeat(2, 1)  # a 1 kHz tone, twice
+    feats = AudioFeatures(16000, normalize=False, n_mels=80)
+    plain, _ = feats(wave)
+    warped, _ = feats(wave, warp=torch.tensor([1.0, 1.15]))
+    torch.testing.assert_close(warped[0], plain[0])  # factor 1: the plain features
+    peak = lambda x: int(x.mean(0).argmax())  # noqa: E731  mel bin with the most energy
+    assert peak(warped[1]) > peak(plain[0])  # 1.15 kHz sits in a higher mel filter
+
+
+def test_warp_is_drawn_per_clip_in_training_only():
+    torch.manual_seed(0)
+    plain = AudioAdapter(16)
+    warped = AugmentedAudioAdapter(16, warp=0.1)
+    warped.load_state_dict(plain.state_dict())
+    wave, lengths = _batch()
+    torch.testing.assert_close(warped.eval()(wave, lengths).x, plain(wave, lengths).x, rtol=0, atol=0)
+    warped.train()
+    torch.manual_seed(1)
+    a = warped(wave, lengths)
+    torch.manual_seed(1)
+    torch.testing.assert_close(warped(wave, lengths).x, a.x)  # drawn from torch's random state
+    differs = [(a.x[i] - plain(wave, lengths).x[i]).abs().max() > 1e-3 for i in range(3)]
+    assert all(differs)  # every clip warped (a factor of exactly 1 has probability 0)
+
+
 def test_arguments_are_checked():
     for bad in (dict(crop=0.0), dict(shift_ms=-1), dict(noise_p=2.0), dict(snr_db=(30, 10))):
         with pytest.raises(ValueError):
             WaveAugment(16000, **bad)
     with pytest.raises(ValueError, match="time_masks"):
         SpecAugment(time_masks=-1)
+    with pytest.raises(ValueError, match=r"warp=1.2 must be in \[0, 1\)"):
+        AugmentedAudioAdapter(16, warp=1.2)
+    with pytest.raises(ValueError, match="features='raw' has none"):
+        AugmentedAudioAdapter(16, features="raw", warp=0.1)
 
 
 def test_a_distillation_teacher_is_shown_the_students_augmented_clips():
