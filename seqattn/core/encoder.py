@@ -5,6 +5,7 @@ Letters: b batch, l length, d model width, h heads.
 Layer (pre-norm, ``norm_first=True``)::
 
     x = x + Dropout(MHA(LN(x)))
+    x = x + Dropout(Conv(LN(x)))      # only with conv_kernel > 0 (Conformer's convolution module)
     x = x + Dropout(FFN(LN(x)))
 
 Post-norm (``norm_first=False``) is the original Transformer ordering.
@@ -37,6 +38,33 @@ class FeedForward(nn.Sequential):
         super().__init__(nn.Linear(dim, hidden), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(hidden, dim))
 
 
+class ConvModule(nn.Module):
+    """Conformer's convolution module (Gulati et al. 2020), with LayerNorm in place of BatchNorm (padded
+    batches): ``x [B, L, D], mask [B, L] | None -> [B, L, D]``.
+
+    Linear(D, 2D) -> GLU -> depthwise Conv1d over the positions (``kernel`` wide, same padding) -> LayerNorm
+    -> SiLU -> Linear(D, D). Padded positions are zeroed before the convolution, so a token's output never
+    reads padding and does not depend on how far the batch is padded.
+    """
+
+    def __init__(self, dim: int, kernel: int) -> None:
+        super().__init__()
+        if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
+            raise ValueError(f"conv_kernel must be an odd int >= 1 (a centred window), got {kernel!r}")
+        self.inner = nn.Linear(dim, 2 * dim)
+        self.depthwise = nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim)
+        self.norm = nn.LayerNorm(dim)
+        self.act = nn.SiLU()
+        self.outer = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = nn.functional.glu(self.inner(x), dim=-1)  # [B, L, D]
+        if mask is not None:
+            h = h.masked_fill(~mask.unsqueeze(-1), 0.0)  # padding reads as zero
+        h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)  # [B, L, D]
+        return self.outer(self.act(self.norm(h)))
+
+
 class EncoderLayer(nn.Module):
     """One self-attention + feed-forward block. ``forward(x [B, L, D]) -> [B, L, D]``."""
 
@@ -54,9 +82,13 @@ class EncoderLayer(nn.Module):
         dim_v: int | None = None,
         edge_dim: int = 0,
         attn_scale: float | None = None,
+        conv_kernel: int = 0,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
+        self.conv = ConvModule(dim, conv_kernel) if conv_kernel else None
+        self.norm_conv = nn.LayerNorm(dim) if conv_kernel else None
+        self.drop_conv = nn.Dropout(dropout) if conv_kernel else None
         self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel,
                                        edge_dim=edge_dim, scale=attn_scale)
         self.ff = FeedForward(dim, ff_mult, dropout, activation)
@@ -65,14 +97,20 @@ class EncoderLayer(nn.Module):
         self.drop1 = nn.Dropout(dropout)
         self.drop2 = nn.Dropout(dropout)
 
-    def forward(self, x, mask=None, attn_mask=None, need_weights=False, **attn_kwargs):
-        """``x [B, L, D]``, masks as in ``MultiHeadAttention`` -> ``[B, L, D]`` (and weights)."""
+    def forward(self, x, mask=None, attn_mask=None, need_weights=False, conv_mask=None, **attn_kwargs):
+        """``x [B, L, D]``, masks as in ``MultiHeadAttention`` -> ``[B, L, D]`` (and weights);
+        ``conv_mask [B, L]`` (True = real token; default ``mask``) is what the convolution module reads."""
         h = self.norm1(x) if self.norm_first else x
         attn = self.attn(h, mask, attn_mask, need_weights, **attn_kwargs)
         attn, weights = attn if need_weights else (attn, None)
         x = x + self.drop1(attn)
         if not self.norm_first:
             x = self.norm1(x)
+        if self.conv is not None:
+            h = self.norm_conv(x) if self.norm_first else x
+            x = x + self.drop_conv(self.conv(h, mask if conv_mask is None else conv_mask))
+            if not self.norm_first:
+                x = self.norm_conv(x)
         h = self.norm2(x) if self.norm_first else x
         x = x + self.drop2(self.ff(h))
         if not self.norm_first:
@@ -133,6 +171,10 @@ class Encoder(nn.Module):
             ``x_{l+1} = (1 - α) layer(x_l) + α x_0``, with ``x_0`` the encoder's input (after its positional
             encoding), so every layer keeps a share of the input and deep stacks do not wash it out (a graph's
             over-smoothing). With one layer it only scales the layer's update. 0 = none (default).
+        conv_kernel: ``k > 0`` (odd): every layer gains Conformer's convolution module after its attention
+            (:class:`ConvModule`: a depthwise convolution ``k`` positions wide over the sequence), a local
+            prior beside attention's global view; sequences only (a graph batch, ``edge_index``, raises).
+            0 = none (default).
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -165,6 +207,7 @@ class Encoder(nn.Module):
         relative_bias: int = 0,
         attn_scale: float | None = None,
         initial_residual: float = 0.0,
+        conv_kernel: int = 0,
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -174,6 +217,7 @@ class Encoder(nn.Module):
         if not 0.0 <= float(propagation_alpha) <= 1.0:
             raise ValueError(f"propagation_alpha must lie in [0, 1] (the teleport probability), got {propagation_alpha!r}")
         self.output_propagation, self.propagation_alpha = int(output_propagation), float(propagation_alpha)
+        self.conv_kernel = int(conv_kernel)
         if isinstance(initial_residual, bool) or not 0.0 <= float(initial_residual) <= 1.0:
             raise ValueError(f"initial_residual must lie in [0, 1] (the share of the encoder's input mixed back "
                              f"after every layer), got {initial_residual!r}")
@@ -206,7 +250,7 @@ class Encoder(nn.Module):
         self.edge_dim = int(edge_dim)
         self.layers = nn.ModuleList(
             EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v,
-                         edge_dim, attn_scale)
+                         edge_dim, attn_scale, conv_kernel)
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
@@ -298,6 +342,9 @@ class Encoder(nn.Module):
         if self.output_propagation and edge_index is None:
             raise ValueError(f"output_propagation={self.output_propagation} propagates over graph structure, but the "
                              "batch has no edge_index (Tokens.edge_index); set output_propagation=0 for it")
+        if self.conv_kernel and edge_index is not None:
+            raise ValueError(f"conv_kernel={self.conv_kernel} convolves over positions in order, but this batch is a "
+                             "graph (Tokens.edge_index): its nodes have no order; set conv_kernel=0 for it")
         if not tracing():
             self.last_plan = dict(plan.describe(), summary=plan.summary(len(self.layers)))
             if plan.graph_path is not None:
@@ -314,8 +361,8 @@ class Encoder(nn.Module):
         weights = []
         x0 = x  # [B, L, D], what the initial residual mixes back
         for i, layer in enumerate(self.layers):
-            out = layer(x, None, None, i in wanted, rotary=self.rotary, plan=plan, attention_items=attention_items,
-                        bias=bias)
+            out = layer(x, None, None, i in wanted, conv_mask=mask, rotary=self.rotary, plan=plan,
+                        attention_items=attention_items, bias=bias)
             if i in wanted:
                 x, w = out
                 weights.append(w)

@@ -197,3 +197,46 @@ def test_relative_bias_and_scale_reject_bad_values():
         Encoder(16, 1, 2, relative_bias=2, kernel="linear")
     with pytest.raises(ValueError, match="scale must be > 0"):
         Encoder(16, 1, 2, attn_scale=0.0)
+
+
+def test_conv_module_is_the_conformer_formula_and_ignores_padding():
+    from seqattn.core.encoder import ConvModule
+    torch.manual_seed(0)
+    conv = ConvModule(8, 5).eval()
+    x = torch.randn(1, 7, 8)
+    h = torch.nn.functional.glu(x @ conv.inner.weight.T + conv.inner.bias, dim=-1)  # [1, 7, 8]
+    by_hand = torch.nn.functional.conv1d(torch.nn.functional.pad(h.transpose(1, 2), (2, 2)), conv.depthwise.weight,
+                                         conv.depthwise.bias, groups=8).transpose(1, 2)  # zeros beyond the ends
+    by_hand = torch.nn.functional.layer_norm(by_hand, (8,), conv.norm.weight, conv.norm.bias)
+    by_hand = torch.nn.functional.silu(by_hand) @ conv.outer.weight.T + conv.outer.bias
+    torch.testing.assert_close(conv(x), by_hand)
+    # position 0 reads positions 0..2 only (kernel 5, centred)
+    x.requires_grad_(True)
+    conv(x)[0, 0].sum().backward()
+    assert x.grad[0, :3].abs().sum() > 0 and x.grad[0, 3:].abs().sum() == 0
+
+
+def test_conv_kernel_encoder_pads_invariantly_and_sees_order():
+    torch.manual_seed(0)
+    enc = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", conv_kernel=3).eval()
+    lengths = [9, 5, 1]
+    x, mask = _batch(lengths)  # padding holds random values: the convolution must not read them
+    out = enc(x, mask=mask)
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(out[i, :n], enc(x[i : i + 1, :n])[0], atol=1e-5, rtol=1e-5)
+    y = torch.randn(2, 8, 16)
+    perm = torch.arange(8).flip(0)
+    assert not torch.allclose(enc(y)[:, perm], enc(y[:, perm]), atol=1e-4)  # no positions, yet order matters
+    plain = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none")
+    assert set(enc.state_dict()) - set(plain.state_dict())  # the convolution's own parameters
+    assert all("conv" in k for k in set(enc.state_dict()) - set(plain.state_dict()))
+
+
+def test_conv_kernel_is_checked():
+    for bad in (2, -1, 1.5):
+        with pytest.raises(ValueError, match="conv_kernel must be an odd int"):
+            Encoder(16, 1, 2, conv_kernel=bad)
+    enc = Encoder(16, 1, 2, conv_kernel=3, positional="none")
+    edges = torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match="conv_kernel=3 convolves over positions in order.*graph"):
+        enc(Tokens(torch.randn(1, 2, 16), torch.ones(1, 2, dtype=torch.bool), edge_index=edges))
