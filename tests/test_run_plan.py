@@ -101,7 +101,7 @@ def test_the_plan_round_trips_through_run_plan_json_and_takes_a_later_given_valu
 DEFAULT_PLANS = {"image": (12, 5), "image_pretrain": (5, None), "molecule": (40, 40), "molecule_pretrain": (10, None),
                  "social": (200, None), "social_pretrain": (200, None), "speech": (40, None), "speech_cls": (20, None), "speech_ctc": (20, None),
                  "speech_pretrain": (20, None), "text_cls": (15, None), "text_pretrain": (15, None),
-                 "text_tagging": (15, None)}
+                 "text_tagging": (20, None)}
 # training examples of the built-in data where budget.steps makes the epochs: the shapes' data.shapes.n_train,
 # the 3,993 training molecules of RDKit's NCI set (4,991 readable, random 80/10/10)
 BUILT_IN_TRAIN = {"image": lambda cfg: cfg.data.shapes.n_train, "molecule": lambda cfg: 3993}
