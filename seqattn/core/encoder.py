@@ -43,8 +43,9 @@ class ConvModule(nn.Module):
     batches): ``x [B, L, D], mask [B, L] | None -> [B, L, D]``.
 
     Linear(D, 2D) -> GLU -> depthwise Conv1d over the positions (``kernel`` wide, same padding) -> LayerNorm
-    -> SiLU -> Linear(D, D). Padded positions are zeroed before the convolution, so a token's output never
-    reads padding and does not depend on how far the batch is padded.
+    -> SiLU -> Linear(D, D). Positions outside ``mask`` (padding; the encoder also leaves out global tokens)
+    are zeroed before the convolution and get a zero output, so a token never reads them and its output does
+    not depend on how far the batch is padded.
     """
 
     def __init__(self, dim: int, kernel: int) -> None:
@@ -62,7 +63,8 @@ class ConvModule(nn.Module):
         if mask is not None:
             h = h.masked_fill(~mask.unsqueeze(-1), 0.0)  # padding reads as zero
         h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)  # [B, L, D]
-        return self.outer(self.act(self.norm(h)))
+        out = self.outer(self.act(self.norm(h)))  # [B, L, D]
+        return out if mask is None else out.masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
 class EncoderLayer(nn.Module):
@@ -173,8 +175,8 @@ class Encoder(nn.Module):
             over-smoothing). With one layer it only scales the layer's update. 0 = none (default).
         conv_kernel: ``k > 0`` (odd): every layer gains Conformer's convolution module after its attention
             (:class:`ConvModule`: a depthwise convolution ``k`` positions wide over the sequence), a local
-            prior beside attention's global view; sequences only (a graph batch, ``edge_index``, raises).
-            0 = none (default).
+            prior beside attention's global view; sequences only (a graph batch, ``edge_index``, raises);
+            global tokens (``Tokens.num_global``, a CLS token) are left out of it. 0 = none (default).
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -335,9 +337,11 @@ class Encoder(nn.Module):
             ``[B, L, D]`` (padded positions are zero), or ``(out, [weights [B', H, L, L], ...])``.
         """
         plan = self.plan(x, mask, attn_mask, edge_index, edge_bias, edge_attr)
+        num_global = 0
         if isinstance(x, Tokens):
             mask = x.mask if mask is None else mask
             edge_index = x.edge_index if edge_index is None else edge_index
+            num_global = int(x.num_global)
             x = x.x
         if self.output_propagation and edge_index is None:
             raise ValueError(f"output_propagation={self.output_propagation} propagates over graph structure, but the "
@@ -358,10 +362,14 @@ class Encoder(nn.Module):
         else:
             wanted = set()
         bias = None if self.relative_bias is None else self.relative_bias(x.shape[1], dtype=x.dtype)  # [1, H, L, L]
+        conv_mask = mask  # [B, L]: what the convolution modules read; global tokens (CLS) have no place in the order
+        if self.conv_kernel and num_global:
+            conv_mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask.clone()
+            conv_mask[:, :num_global] = False
         weights = []
         x0 = x  # [B, L, D], what the initial residual mixes back
         for i, layer in enumerate(self.layers):
-            out = layer(x, None, None, i in wanted, conv_mask=mask, rotary=self.rotary, plan=plan,
+            out = layer(x, None, None, i in wanted, conv_mask=conv_mask, rotary=self.rotary, plan=plan,
                         attention_items=attention_items, bias=bias)
             if i in wanted:
                 x, w = out

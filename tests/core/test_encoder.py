@@ -232,6 +232,22 @@ def test_conv_kernel_encoder_pads_invariantly_and_sees_order():
     assert all("conv" in k for k in set(enc.state_dict()) - set(plain.state_dict()))
 
 
+def test_conv_module_leaves_out_global_tokens():
+    torch.manual_seed(0)
+    enc = Encoder(16, depth=1, heads=2, dropout=0.0, positional="none", conv_kernel=3).eval()
+    conv = enc.layers[0].conv
+    seen = {}
+    conv.register_forward_hook(lambda m, args, out: seen.update(mask=args[1], out=out))
+    x = torch.randn(2, 6, 16)
+    enc(Tokens(x, torch.tensor([[True] * 6, [True] * 4 + [False] * 2]), num_global=1))
+    assert seen["mask"][:, 0].tolist() == [False, False] and seen["mask"][1].tolist() == [False] + [True] * 3 + [False] * 2
+    assert seen["out"][:, 0].abs().sum() == 0  # the CLS token gets no convolution branch
+    h = torch.randn(1, 5, 16, requires_grad=True)
+    keep = torch.tensor([[False, True, True, True, True]])
+    conv(h, keep)[0, 1:].sum().backward()
+    assert h.grad[0, 0].abs().sum() == 0  # the frames never read position 0
+
+
 def test_conv_kernel_is_checked():
     for bad in (2, -1, 1.5):
         with pytest.raises(ValueError, match="conv_kernel must be an odd int"):
