@@ -148,7 +148,8 @@ SPARSE_FEATURES_MIN = 2**20
 
 
 def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tensor, steps: int,
-                     proj: nn.Linear, feature_dropout: float = 0.0) -> torch.Tensor:
+                     proj: nn.Linear, feature_dropout: float = 0.0, mode: str = "concat",
+                     node_dropout: float = 0.0) -> torch.Tensor:
     """``proj(smoothed_features(dropout(x), ...))`` -> ``[B, N, D]`` without forming the ``F·(steps+1)`` features.
 
     ``proj`` is ``Linear(F·(steps+1), D)`` and ``Â`` commutes with it, so ``[x, Âx, …, Â^k x] W =
@@ -157,11 +158,23 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
     (training only: pass 0 in eval) drops raw features before all of it. Sparse features (fewer than
     :data:`SPARSE_FEATURES_BELOW` non-zero, at least :data:`SPARSE_FEATURES_MIN` values, no gradient wanted for
     ``x``) go through a sparse product: a
-    zero feature stays zero under dropout, so dropping the non-zeros only is the same distribution."""
+    zero feature stays zero under dropout, so dropping the non-zeros only is the same distribution.
+
+    ``mode="mean"``: ``proj`` is ``Linear(F, D)`` and the result is ``proj.bias + (1/(k+1)) Σ_{j≤k} Â^j x W``,
+    the mixed-order average of GRAND (Feng et al. 2020): one weight for every hop instead of one per hop.
+    ``node_dropout`` (training only: pass 0 in eval) is GRAND's DropNode: each node's whole feature row is
+    zeroed with that probability and the others are scaled by ``1/(1-p)``, before the propagation, so a
+    dropped node's neighbours see its features gone too."""
+    if mode not in PROPAGATE_MODES:
+        raise ValueError(f"mode={mode!r} is not one of {PROPAGATE_MODES}")
     b, n, f = x.shape
     d = proj.out_features
     flat = x.reshape(b * n, f)
-    weight = proj.weight.view(d, steps + 1, f).permute(2, 1, 0).reshape(f, (steps + 1) * d)  # [F, (k+1)·D]
+    hops_in_weight = 1 if mode == "mean" else steps + 1
+    if proj.in_features != f * hops_in_weight:
+        raise ValueError(f"proj reads {proj.in_features} inputs; mode={mode!r} with {steps} steps of {f} features "
+                         f"needs {f * hops_in_weight}")
+    weight = proj.weight.view(d, hops_in_weight, f).permute(2, 1, 0).reshape(f, hops_in_weight * d)  # [F, (k+1)·D]
     nonzero = None
     if not flat.requires_grad and flat.numel() >= SPARSE_FEATURES_MIN:
         nonzero = torch.nonzero(flat)  # [nnz, 2]
@@ -178,16 +191,33 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
         if feature_dropout:
             flat = nn.functional.dropout(flat, feature_dropout, training=True)
         parts = flat @ weight  # [B·N, (k+1)·D]
-    parts = parts.view(b * n, steps + 1, d)  # [B·N, k+1, D]: step k reads W_k
-    out = parts[:, steps]
-    if steps:
-        step = gcn_step(mask, edge_index, flat.dtype)
-        for k in range(steps - 1, -1, -1):
-            out = parts[:, k] + step(out)  # [B·N, D]
+    if node_dropout:  # (s ⊙ x) W = s ⊙ (x W): a row scale commutes with the projection
+        keep = torch.rand(b * n, 1, device=parts.device) >= node_dropout  # [B·N, 1]
+        parts = parts * keep.to(parts.dtype) / (1.0 - node_dropout)
+    if mode == "mean":
+        out = parts  # [B·N, D]
+        if steps:
+            step = gcn_step(mask, edge_index, flat.dtype)
+            h = parts
+            for _ in range(steps):
+                h = step(h)
+                out = out + h
+            out = out / (steps + 1)
+    else:
+        parts = parts.view(b * n, steps + 1, d)  # [B·N, k+1, D]: step k reads W_k
+        out = parts[:, steps]
+        if steps:
+            step = gcn_step(mask, edge_index, flat.dtype)
+            for k in range(steps - 1, -1, -1):
+                out = parts[:, k] + step(out)  # [B·N, D]
     if proj.bias is not None:
         out = out + proj.bias
     return out.reshape(b, n, d)
 
+
+#: how ``propagate`` hops enter the projection: each hop its own weight (concatenated, SIGN / SGC) or one weight
+#: for their mean (GRAND's mixed-order propagation)
+PROPAGATE_MODES = ("concat", "mean")
 
 #: what masked pretraining predicts of a node without node types (``GraphAdapter(node_target=...)``)
 NODE_TARGETS = ("features", "present")
@@ -220,6 +250,10 @@ class GraphAdapter(AdapterBase):
         propagate: ``k > 0``: the node features are concatenated with their ``1..k``-step GCN-normalised
             graph averages before the projection (:func:`smoothed_features`); ``node_proj`` then reads
             ``F·(k+1)`` inputs. Helps when few nodes are labelled and features say little alone.
+        propagate_mode: ``concat`` (above) or ``mean``: one projection of the mean of ``x, Âx, …, Â^k x``
+            (GRAND's mixed-order propagation: ``node_proj`` reads ``F`` inputs, deep ``k`` costs no parameters).
+        node_dropout: GRAND's DropNode (training only): each node's whole feature row is dropped with this
+            probability (the rest scaled by ``1/(1-p)``) before the propagation, so its neighbours lose it too.
         node_types: T > 0: the first T columns of ``x`` are a one-hot node type (a molecule's element, from the
             data's spec ``sizes.node_types``); masked pretraining then predicts that type. 0: it predicts the node's
             features (``node_target``).
@@ -251,6 +285,8 @@ class GraphAdapter(AdapterBase):
         dense_min_fill: float | None = None,
         edge_channels: int = 0,
         propagate: int = 0,
+        propagate_mode: str = "concat",
+        node_dropout: float = 0.0,
         node_types: int = 0,
         node_target: str = "features",
     ) -> None:
@@ -268,6 +304,12 @@ class GraphAdapter(AdapterBase):
             raise ValueError(f"edge_channels must be >= 0, got {edge_channels}")
         if not isinstance(propagate, int) or propagate < 0:
             raise ValueError(f"propagate must be an int >= 0 (smoothing steps), got {propagate!r}")
+        if propagate_mode not in PROPAGATE_MODES:
+            raise ValueError(f"propagate_mode={propagate_mode!r} is not one of {PROPAGATE_MODES} (how the propagate "
+                             "hops enter the projection)")
+        if isinstance(node_dropout, bool) or not 0.0 <= float(node_dropout) < 1.0:
+            raise ValueError(f"node_dropout must lie in [0, 1) (the probability of dropping a node's features), "
+                             f"got {node_dropout!r}")
         if positional != "none" and pe_dim <= 0:
             raise ValueError(f"pe_dim must be positive with positional={positional!r}, got {pe_dim}")
         if kernel is not None and kernel != "auto":  # (conf/adapter/graph.yaml still names the key, as null)
@@ -280,7 +322,7 @@ class GraphAdapter(AdapterBase):
         self.dim, self.heads, self.hops = dim, heads, hops
         self.node_features, self.edge_features = node_features, edge_features
         self.positional, self.pe_dim = positional, pe_dim
-        self.propagate = propagate
+        self.propagate, self.propagate_mode, self.node_dropout = propagate, propagate_mode, float(node_dropout)
         if not isinstance(node_types, int) or not 0 <= node_types <= node_features:
             raise ValueError(f"node_types must be an int in [0, node_features={node_features}] (the one-hot type "
                              f"columns leading x), got {node_types!r}")
@@ -289,7 +331,7 @@ class GraphAdapter(AdapterBase):
             raise ValueError(f"node_target={node_target!r} is not one of {NODE_TARGETS} (what masked pretraining "
                              "predicts of a node: its features, or which of them are present)")
         self.node_target = node_target
-        self.node_proj = nn.Linear(node_features * (propagate + 1), dim)
+        self.node_proj = nn.Linear(node_features * (1 if propagate_mode == "mean" else propagate + 1), dim)
         self.pe_proj = nn.Linear(pe_dim, dim) if positional != "none" else None
         self.edge_proj = nn.Linear(edge_features, heads) if edge_features else None
         self.distance = nn.Embedding(hops + 1, heads) if distance_bias else None
@@ -398,7 +440,8 @@ class GraphAdapter(AdapterBase):
         graph averages), plus ``node_position [B, N, D]`` when given; zero on padding; dropout."""
         # = node_proj(smoothed_features(feature_dropout(x))), propagating D-wide vectors, sparse features sparse
         drop = self.feature_dropout.p if self.training else 0.0
-        h = project_smoothed(x, mask, edge_index, self.propagate, self.node_proj, drop)  # [B, N, D]
+        h = project_smoothed(x, mask, edge_index, self.propagate, self.node_proj, drop, self.propagate_mode,
+                             self.node_dropout if self.training else 0.0)  # [B, N, D]
         if node_position is not None:
             h = h + node_position
         return self.dropout(h.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, N, D]
@@ -467,7 +510,8 @@ class GraphAdapter(AdapterBase):
         return out.replace(x=x)
 
     def extra_repr(self) -> str:
-        return (f"hops={self.hops}, propagate={self.propagate}, positional={self.positional!r}, "
+        return (f"hops={self.hops}, propagate={self.propagate}, propagate_mode={self.propagate_mode!r}, "
+                f"node_dropout={self.node_dropout}, positional={self.positional!r}, "
                 f"node_target={self.node_target!r}, "
                 f"edge_features={self.edge_features}, "
                 f"heads={self.heads}, edge_channels={self.edge_channels}")

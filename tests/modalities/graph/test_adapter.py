@@ -444,6 +444,62 @@ def test_propagated_features_equal_gcn_normalised_powers_of_the_adjacency():
         GraphAdapter(dim=8, node_features=f, propagate=-1)
 
 
+def test_mean_propagation_projects_the_mean_of_the_gcn_powers():
+    """``propagate_mode=mean`` (GRAND's mixed-order propagation): ``node_proj`` reads F inputs and the tokens are
+    ``node_proj(mean(x, Âx, …, Â^k x))``, per graph of a padded batch (Â checked against PyG above); padding stays
+    zero; k = 0 is the plain projection. A bad mode raises naming the choices."""
+    from seqattn.modalities.graph.adapter import GraphAdapter, smoothed_features
+
+    torch.manual_seed(0)
+    sizes, n, f = [5, 3], 5, 4
+    mask = torch.arange(n)[None, :] < torch.tensor(sizes)[:, None]
+    x = torch.randn(2, n, f).masked_fill(~mask.unsqueeze(-1), 0.0)
+    local = [torch.tensor([[0, 1, 1, 2, 3, 4, 0, 4], [1, 0, 2, 1, 4, 3, 4, 0]]), torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])]
+    edge_index = torch.cat([e + i * n for i, e in enumerate(local)], dim=1)
+    for steps in (0, 1, 3, 8):
+        adapter = GraphAdapter(dim=8, node_features=f, heads=2, propagate=steps, propagate_mode="mean").eval()
+        assert adapter.node_proj.in_features == f
+        hops = smoothed_features(x, mask, edge_index, steps).view(2, n, steps + 1, f)
+        want = adapter.node_proj(hops.mean(2)).masked_fill(~mask.unsqueeze(-1), 0.0)
+        torch.testing.assert_close(adapter(x, mask, edge_index).x, want)
+    with pytest.raises(ValueError, match="propagate_mode='sum'.*concat"):
+        GraphAdapter(dim=8, node_features=f, propagate=2, propagate_mode="sum")
+
+
+def test_node_dropout_drops_whole_nodes_before_the_propagation_in_training_only():
+    """``adapter.node_dropout=p`` (GRAND's DropNode): in training each node's whole feature row is zeroed or
+    scaled by 1/(1-p), and the propagation then averages what is left: the tokens equal the eval projection of
+    ``x`` with those rows changed, for one scale vector per step. Eval drops nothing; p outside [0, 1) raises."""
+    from seqattn.modalities.graph.adapter import GraphAdapter, smoothed_features
+
+    torch.manual_seed(0)
+    n, f, p = 400, 3, 0.5
+    x = torch.randn(1, n, f) + 3.0
+    mask = torch.ones(1, n, dtype=torch.bool)
+    ring = torch.arange(n)
+    edge_index = torch.stack([torch.cat([ring, (ring + 1) % n]), torch.cat([(ring + 1) % n, ring])])
+    adapter = GraphAdapter(dim=8, node_features=f, heads=1, propagate=2, propagate_mode="mean", node_dropout=p,
+                           distance_bias=False)
+    with torch.no_grad():
+        got = adapter.train()(x, mask, edge_index).x[0]  # [N, D]
+        # recover the row scales: with propagation each token mixes its neighbours, so solve for the scales
+        # from the projection of each hop's mean with a scale per node, exactly as the docstring says
+        proj = adapter.node_proj
+        basis = x[0] @ proj.weight.t()  # [N, D], the projection of each node's own features, no bias
+        step = smoothed_features(torch.eye(n).unsqueeze(0), mask, edge_index, 2).view(n, 3, n).mean(1)  # [N, N]
+        scales = torch.linalg.lstsq((step.unsqueeze(-1) * basis.unsqueeze(0)).permute(0, 2, 1).reshape(-1, n),
+                                    (got - proj.bias).reshape(-1)).solution  # [N]
+    torch.testing.assert_close(scales, scales.round(), atol=1e-3, rtol=0)  # 0 or 1/(1-p) = 2, nothing between
+    assert set(scales.round().tolist()) == {0.0, 2.0}
+    assert 0.4 < float((scales.round() == 0).float().mean()) < 0.6  # about p of the nodes are dropped
+    plain = GraphAdapter(dim=8, node_features=f, heads=1, propagate=2, propagate_mode="mean", distance_bias=False)
+    plain.load_state_dict(adapter.state_dict())
+    torch.testing.assert_close(adapter.eval()(x, mask, edge_index).x, plain.eval()(x, mask, edge_index).x)
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(ValueError, match="node_dropout"):
+            GraphAdapter(dim=8, node_features=f, node_dropout=bad)
+
+
 def test_feature_dropout_drops_raw_node_features_in_training_only():
     """``adapter.feature_dropout=p``: in training, each raw feature is zeroed (the rest scaled by 1/(1-p))
     before the projection, so the tokens equal the projection of the dropped features; in eval, none."""
