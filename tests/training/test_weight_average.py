@@ -110,3 +110,24 @@ def test_decay_zero_is_off_and_bad_decays_raise(tmp_path):
     for bad in (1.0, -0.1, True):
         with pytest.raises(ValueError, match="decay must lie in"):
             WeightAverage(bad)
+
+
+def test_a_resumed_fit_continues_the_average_and_the_trained_weights(tmp_path):
+    """Resuming from last.ckpt (trained weights + the callback's average) ends where one uninterrupted fit ends."""
+
+    def fit(folder, epochs, ckpt_path=None):
+        L.seed_everything(0)
+        model = _Recorded()
+        average = WeightAverage(decay=0.9)
+        trainer = L.Trainer(max_epochs=epochs, callbacks=[average, LastCheckpoint(dirpath=folder)], logger=False,
+                            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                            default_root_dir=folder)
+        trainer.fit(model, ckpt_path=ckpt_path)
+        return model, average
+
+    whole, whole_average = fit(tmp_path / "whole", 3)
+    fit(tmp_path / "part", 2)
+    resumed, resumed_average = fit(tmp_path / "resumed", 3, ckpt_path=tmp_path / "part" / "last.ckpt")
+    assert resumed_average._updates == whole_average._updates == 12
+    _close(dict(resumed.named_parameters()), dict(whole.named_parameters()))  # both end holding the average
+    _close(resumed.trained[-1], whole.trained[-1])  # and trained to the same weights
