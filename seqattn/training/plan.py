@@ -75,7 +75,8 @@ class StepBudget:
     """How ``budget.steps`` became epochs: ``steps_per_epoch`` optimizer steps per epoch on this data;
     ``wanted_epochs``: the epochs the steps asked for when that was more than ``max_epochs``
     (``budget.max_epochs``, the cap), else None; ``patience_capped``: the patience was lowered to
-    :data:`CAPPED_PATIENCE` of the epochs then."""
+    :data:`CAPPED_PATIENCE` of the epochs then; ``raised_from``: the epochs the steps alone make when
+    ``budget.min_epochs`` raised them (a large training split), else None."""
 
     steps: int
     steps_per_epoch: int
@@ -84,6 +85,7 @@ class StepBudget:
     wanted_epochs: int | None = None
     max_epochs: int | None = None
     patience_capped: bool = False
+    raised_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,9 @@ class RunPlan:
         b = self.budget
         capped = (f" (the budget wants {b.wanted_epochs} epochs of a training split this small: capped at "
                   f"budget.max_epochs={b.max_epochs}; trainer.max_epochs=N to choose)"
-                  if b.wanted_epochs is not None and not b.epochs_given else "")
+                  if b.wanted_epochs is not None and not b.epochs_given else
+                  f" ({b.steps} steps would be {b.raised_from} epochs: raised to budget.min_epochs={self.max_epochs})"
+                  if b.raised_from is not None and not b.epochs_given else "")
         bounded = f" (capped at {CAPPED_PATIENCE:g} of the epochs)" if b.patience_capped and not b.patience_given else ""
         return (f"budget.steps={b.steps}: {b.steps_per_epoch} steps per epoch -> trainer.max_epochs={self.max_epochs}"
                 + (" (given)" if b.epochs_given else capped)
@@ -209,7 +213,8 @@ def plan_epochs(budget: Budget, asked: Asked, train_batches: int) -> tuple[int |
     if int(budget.steps) <= 0:
         raise ValueError(f"budget.steps={budget.steps} must be a positive number of optimizer steps (or null)")
     per_epoch = max(1, math.ceil(train_batches / asked.accumulate_grad_batches))
-    wanted = max(budget.min_epochs, math.ceil(int(budget.steps) / per_epoch))
+    by_steps = math.ceil(int(budget.steps) / per_epoch)
+    wanted = max(budget.min_epochs, by_steps)
     epochs = min(wanted, budget.max_epochs)
     patience = max(budget.min_patience, round(budget.patience * epochs))
     capped = wanted > epochs  # a set too small for the budget: patience at most CAPPED_PATIENCE of the epochs
@@ -226,7 +231,8 @@ def plan_epochs(budget: Budget, asked: Asked, train_batches: int) -> tuple[int |
                                         asked.patience_given and asked.early_stopping,
                                         wanted_epochs=wanted if capped else None,
                                         max_epochs=budget.max_epochs if capped else None,
-                                        patience_capped=patience_capped and asked.early_stopping)
+                                        patience_capped=patience_capped and asked.early_stopping,
+                                        raised_from=by_steps if by_steps < budget.min_epochs else None)
 
 
 def plan_selection(asked: Asked, split_sizes: dict[str, int]) -> NoSelection | None:
