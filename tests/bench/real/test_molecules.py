@@ -84,3 +84,27 @@ def test_attentivefp_features_follow_the_paper():
     assert g.x[:, 15].sum() == 0 and g.x[0, 1] == 1  # no "other" element; atom 0 is carbon
     with pytest.raises(ValueError, match="cannot parse"):
         mol_case.attentivefp_graph("C1CC(")
+
+
+def test_quick_mode_trains_a_tenth_of_the_steps_not_the_recipes_100_epoch_floor(tmp_path, monkeypatch):
+    """``--quick``: FreeSolv's 514 training molecules (17 batches) get ~500 steps = 30 epochs; the recipe's
+    ``budget.min_epochs: 100`` (for large sets) must not raise them back to 100."""
+    from seqattn.run import plan_inputs
+    from seqattn.training.plan import make_plan
+    from tests.workflows import compose
+
+    captured = []
+
+    def stop(overrides, out_dir, timeout=1800):
+        captured.extend(overrides)
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(mol_case, "run_recipe", stop)
+    ctx = Context(data=REAL, work=tmp_path / "freesolv", seeds=1, log=lambda line: None, quick=True)
+    with pytest.raises(RuntimeError, match="captured"):
+        mol_case.molecule_case(ctx, "freesolv")
+    cfg = compose([o for o in captured if not o.startswith(("data.path=", "seed="))], tmp_path / "run",
+                  tmp_path / "data")
+    budget, asked = plan_inputs(cfg)
+    plan = make_plan(budget, asked, {"train": 514, "val": 64, "test": 64}, math.ceil(514 / cfg.data.batch_size))
+    assert plan.max_epochs == 30 and plan.budget.steps == 500
