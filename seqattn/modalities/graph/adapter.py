@@ -194,22 +194,18 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
     if node_dropout:  # (s ⊙ x) W = s ⊙ (x W): a row scale commutes with the projection
         keep = torch.rand(b * n, 1, device=parts.device) >= node_dropout  # [B·N, 1]
         parts = parts * keep.to(parts.dtype) / (1.0 - node_dropout)
+    step = gcn_step(mask, edge_index, flat.dtype) if steps else None
     if mode == "mean":
-        out = parts  # [B·N, D]
-        if steps:
-            step = gcn_step(mask, edge_index, flat.dtype)
-            h = parts
-            for _ in range(steps):
-                h = step(h)
-                out = out + h
-            out = out / (steps + 1)
+        out, h = parts, parts  # [B·N, D]
+        for _ in range(steps):
+            h = step(h)
+            out = out + h
+        out = out / (steps + 1)
     else:
         parts = parts.view(b * n, steps + 1, d)  # [B·N, k+1, D]: step k reads W_k
         out = parts[:, steps]
-        if steps:
-            step = gcn_step(mask, edge_index, flat.dtype)
-            for k in range(steps - 1, -1, -1):
-                out = parts[:, k] + step(out)  # [B·N, D]
+        for k in range(steps - 1, -1, -1):
+            out = parts[:, k] + step(out)  # [B·N, D]
     if proj.bias is not None:
         out = out + proj.bias
     return out.reshape(b, n, d)
