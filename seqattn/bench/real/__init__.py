@@ -68,10 +68,20 @@ class Context:
     quick: bool = False
     #: every seqattn run :func:`compare_seeds` timed: ``(its metrics.json, wall seconds)``, for the breakdown
     runs: list[tuple[dict, float]] = field(default_factory=list)
+    #: ``--first-seed``: the seeds run are ``first_seed, first_seed + 1, ...`` (to add seeds to an earlier run)
+    first_seed: int = 0
 
     def choose(self, full, quick):
         """``quick`` under ``--quick``, else ``full`` (a case's seed count, epochs, reference settings)."""
         return quick if self.quick else full
+
+    def seed_list(self, count: int) -> list[int]:
+        """The seeds of a case whose own count is ``count``: ``--seeds`` (when given) many, from ``--first-seed``."""
+        return list(range(self.first_seed, self.first_seed + (self.seeds or count)))
+
+    def seed_label(self, seeds: list[int]) -> str:
+        """``seeds 0..4`` (or ``seed 2``) for a case's notes."""
+        return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}..{seeds[-1]}"
 
 
 @dataclass
@@ -188,10 +198,11 @@ def last_epoch_line(log_path: Path, tail: int = 65536) -> str | None:
 def compare_seeds(ctx: "Context", label: str, overrides: list[str], seeds: int, reference: Callable[[int], float],
                   reference_name: str, key: str = "test/acc") -> tuple[list[float], list[float], list[float], list[float]]:
     """Per seed: the seqattn recipe (``overrides`` + ``seed=``, its metric ``key`` of metrics.json) and
-    ``reference(seed)`` (a metric), each timed; ``ctx.seeds`` (when set) overrides ``seeds``. Returns
+    ``reference(seed)`` (a metric), each timed; ``ctx.seeds`` (when set) overrides ``seeds`` and the seeds
+    start at ``ctx.first_seed`` (:meth:`Context.seed_list`). Returns
     ``(seqattn, seqattn seconds, reference, reference seconds)``."""
     ours, ours_s, ref, ref_s = [], [], [], []
-    for seed in range(ctx.seeds or seeds):
+    for seed in ctx.seed_list(seeds):
         metrics, seconds = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"seqattn_{seed}")
         ctx.runs.append((metrics, seconds))
         ours.append(metrics[key])
@@ -248,6 +259,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the folder of real public data (default: ../shared/data beside the checkout)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per case (default: the case's own)")
+    parser.add_argument("--first-seed", type=int, default=0, metavar="K",
+                        help="run seeds K, K+1, ... (default 0): adds seeds to an earlier run of a case; "
+                             "not for the *_pretrain cases")
     parser.add_argument("--work", type=Path, default=Path("outputs") / "bench_real", help="run folders")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
@@ -268,6 +282,14 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"seqattn bench real: unknown case(s) {unknown}; known: {', '.join(CASES)}", file=sys.stderr)
         return 2
+    if args.first_seed < 0:
+        print(f"seqattn bench real: --first-seed must be >= 0, got {args.first_seed}", file=sys.stderr)
+        return 2
+    pretrain = [n for n in names if "pretrain" in n]
+    if args.first_seed and pretrain:
+        print(f"seqattn bench real: --first-seed {args.first_seed} is not supported for {pretrain} (their "
+              "pretraining and summaries are tied to seeds 0..N-1); run them without it", file=sys.stderr)
+        return 2
     bad = [o for o in args.overrides if "=" not in o or o.startswith("=")]
     if bad:
         print(f"seqattn bench real: --set takes KEY=VALUE, got {bad}", file=sys.stderr)
@@ -280,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         module = importlib.import_module(f"seqattn.bench.real.{CASES[name]}")
         ctx = Context(data=args.data, work=args.work / name, seeds=args.seeds, log=log, extra=list(args.overrides),
-                      quick=args.quick)
+                      quick=args.quick, first_seed=args.first_seed)
         start = time.perf_counter()
         try:
             result = getattr(module, f"case_{name}")(ctx)

@@ -59,7 +59,8 @@ class SplitResults(Result):
 def split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
     """One manifest: per seed the recipe and the log-mel CNN, each through the user's command."""
     ours, cnn = run_overrides(manifest, "attention"), run_overrides(manifest, "logmel_cnn")
-    sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra)
+    sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra,
+                  first_seed=ctx.first_seed)
     seqattn, seq_s, ref, ref_s = compare_seeds(sub, f"fsdd {manifest.stem}", ours, SEEDS,
                                                recipe_reference(sub, cnn, "logmel_cnn"), "log-mel CNN")
     return Result(dataset, "test accuracy", False, seqattn, ref, REFERENCE_NAME, seq_s, ref_s,

@@ -232,13 +232,13 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
     if not path.is_file():
         raise FileNotFoundError(f"no {path}")
     base = recipe_overrides(ctx.data, name)
-    seeds = ctx.seeds if ctx.seeds is not None else ctx.choose(default_seeds, 1)
+    seeds = ctx.seed_list(ctx.choose(default_seeds, 1))
     if ctx.quick:  # --quick: a tenth of the recipe's steps, 20 reference epochs
         base = [*base, "budget.steps=500", "budget.min_epochs=1"]  # a tenth of the steps, not raised to 100 epochs
         settings = dataclasses.replace(settings or AttentiveFPSettings(), max_epochs=20)
     key = f"test/rmse_{target}"
     ours, theirs, our_s, their_s, notes = [], [], [], [], []
-    for seed in range(seeds):
+    for seed in seeds:
         run_dir = ctx.work / f"seed{seed}"
         metrics, seconds = run_recipe([*base, f"seed={seed}", *ctx.extra], run_dir)
         ctx.runs.append((metrics, seconds))
@@ -256,7 +256,7 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
                   seqattn=ours, reference=theirs, reference_name="PyG AttentiveFP",
                   seqattn_seconds=our_s, reference_seconds=their_s,
                   command=command_line([*base, "seed=<s>", *ctx.extra]),
-                  notes=ctx.choose("", "QUICK: budget.steps=500 budget.min_epochs=1, AttentiveFP 20 epochs; ") + f"seeds 0..{seeds - 1}; test molecules per seed: {', '.join(notes)}; AttentiveFP on the "
+                  notes=ctx.choose("", "QUICK: budget.steps=500 budget.min_epochs=1, AttentiveFP 20 epochs; ") + f"{ctx.seed_label(seeds)}; test molecules per seed: {', '.join(notes)}; AttentiveFP on the "
                         "same split, paper features, PyG example settings + best-val epoch",
                   reference_imports=("torch", "rdkit.Chem", "torch_geometric.loader", "torch_geometric.nn.models"))
 
