@@ -28,6 +28,8 @@ from pathlib import Path
 from seqattn.bench.real import Context, Result, breakdown, command_line, compare_seeds, recipe_reference
 
 SEEDS = 3
+#: ``--quick`` (development): 1 seed and this many epochs on both sides
+QUICK_EPOCHS = 2
 #: manifest file -> the row's dataset label
 SPLITS = {
     "manifest_official.csv": "FSDD recorded digits, official split (2,400 / 300 / 300 clips, every speaker in test)",
@@ -58,13 +60,16 @@ class SplitResults(Result):
 
 def split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
     """One manifest: per seed the recipe and the log-mel CNN, each through the user's command."""
-    ours, cnn = run_overrides(manifest, "attention"), run_overrides(manifest, "logmel_cnn")
+    short = ctx.choose([], [f"trainer.max_epochs={QUICK_EPOCHS}"])  # --quick: both sides
+    ours, cnn = run_overrides(manifest, "attention") + short, run_overrides(manifest, "logmel_cnn") + short
     sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra,
-                  first_seed=ctx.first_seed)
-    seqattn, seq_s, ref, ref_s = compare_seeds(sub, f"fsdd {manifest.stem}", ours, SEEDS,
+                  quick=ctx.quick, first_seed=ctx.first_seed)
+    seqattn, seq_s, ref, ref_s = compare_seeds(sub, f"fsdd {manifest.stem}", ours, ctx.choose(SEEDS, 1),
                                                recipe_reference(sub, cnn, "logmel_cnn"), "log-mel CNN")
+    notes = [ctx.choose("", f"QUICK: 1 seed, {QUICK_EPOCHS} epochs"), f"reference: {command_line(cnn)}",
+             breakdown(sub.runs)]
     return Result(dataset, "test accuracy", False, seqattn, ref, REFERENCE_NAME, seq_s, ref_s,
-                  command_line(ours), notes="; ".join(filter(None, [f"reference: {command_line(cnn)}", breakdown(sub.runs)])))
+                  command_line(ours), notes="; ".join(filter(None, notes)))
 
 
 def case_fsdd(ctx: Context) -> Result:

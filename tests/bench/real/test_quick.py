@@ -74,3 +74,33 @@ def test_graph_cases_shorten_both_sides_only_when_quick(tmp_path, monkeypatch, c
             assert calls["seeds"] == full_seeds
             assert not any(o.startswith("trainer.max_epochs") for o in calls["overrides"])
             assert "QUICK" not in result.notes and epochs[-1] in (None, 200)
+
+
+def test_fsdd_shortens_both_sides_only_when_quick(tmp_path, monkeypatch):
+    """``--quick`` gives FSDD's two manifests 1 seed and ``QUICK_EPOCHS`` epochs on the recipe and the CNN (it ran
+    in full before: 3 seeds x 2 manifests x 20 epochs), and the notes say so."""
+    from seqattn.bench.real import fsdd as fsdd_case
+
+    (tmp_path / "fsdd").mkdir()
+    for name in fsdd_case.SPLITS:
+        (tmp_path / "fsdd" / name).write_text("path,label,speaker,split\n")
+    calls = []
+
+    def compare(ctx, label, overrides, seeds, reference, reference_name):
+        calls.append((overrides, seeds, ctx.quick))
+        return [0.8] * seeds, [1.0] * seeds, [0.8] * seeds, [1.0] * seeds
+
+    recipes = []
+    monkeypatch.setattr(fsdd_case, "compare_seeds", compare)
+    monkeypatch.setattr(fsdd_case, "recipe_reference", lambda ctx, overrides, name: recipes.append(overrides))
+    short = f"trainer.max_epochs={fsdd_case.QUICK_EPOCHS}"
+    for quick in (False, True):
+        calls.clear(), recipes.clear()
+        ctx = Context(data=tmp_path, work=tmp_path / f"w{quick}", seeds=None, log=lambda m: None, quick=quick)
+        result = fsdd_case.case_fsdd(ctx)
+        assert len(calls) == len(recipes) == len(fsdd_case.SPLITS)
+        for (overrides, seeds, sub_quick), reference in zip(calls, recipes):
+            assert sub_quick == quick
+            assert seeds == (1 if quick else fsdd_case.SEEDS)
+            assert (short in overrides) == quick and (short in reference) == quick
+        assert result.notes.startswith("QUICK") == quick and (short in result.command) == quick
