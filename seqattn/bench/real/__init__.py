@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     if args.first_seed < 0:
         print(f"seqattn bench real: --first-seed must be >= 0, got {args.first_seed}", file=sys.stderr)
         return 2
-    pretrain = [n for n in names if "pretrain" in n]
+    pretrain = [n for n in names if CASES[n] == "pretrain"]  # the cases of seqattn.bench.real.pretrain
     if args.first_seed and pretrain:
         print(f"seqattn bench real: --first-seed {args.first_seed} is not supported for {pretrain} (their "
               "pretraining and summaries are tied to seeds 0..N-1); run them without it", file=sys.stderr)

@@ -70,3 +70,17 @@ def test_compare_seeds_starts_at_the_first_seed(tmp_path, monkeypatch):
     ctx = real.Context(data=tmp_path, work=tmp_path, seeds=None, log=lambda msg: None, first_seed=3)
     ours, _, ref, _ = real.compare_seeds(ctx, "x", [], 2, lambda seed: float(seed), "ref")
     assert ran == ["seqattn_3", "seqattn_4"] and ref == [3.0, 4.0] and ours == [0.5, 0.5]
+
+
+def test_karates_second_reference_runs_the_same_later_seeds(tmp_path, monkeypatch):
+    """karate4's GCN (not timed, outside compare_seeds) trains on the seeds the recipe and GAT ran."""
+    from seqattn.bench.real import cora as cora_case
+
+    gcn_seeds = []
+    monkeypatch.setattr(cora_case, "compare_seeds", lambda ctx, label, overrides, seeds, reference, name: (
+        [0.8] * len(ctx.seed_list(seeds)),) * 4)
+    monkeypatch.setattr(cora_case, "train_reference", lambda data, kind, seed, **kw: gcn_seeds.append((kind, seed)) or 0.5)
+    monkeypatch.setattr(cora_case, "_planetoid", lambda ctx: object())
+    ctx = real.Context(data=tmp_path, work=tmp_path, seeds=2, log=lambda msg: None, first_seed=2)
+    cora_case.case_karate4(ctx)
+    assert gcn_seeds == [("gcn", 2), ("gcn", 3)]
