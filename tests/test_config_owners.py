@@ -24,7 +24,7 @@ def test_adapter_positional_reaches_the_model_and_the_data(task, extra, position
 
 
 def test_a_data_override_that_contradicts_the_adapter_is_an_error(tmp_path):
-    cfg = compose(["task=molecule", "data.limit=60", "data.positional=laplacian"] + QUIET,
+    cfg = compose(["task=molecule", "data.limit=60", "adapter.positional=none", "data.positional=laplacian"] + QUIET,
                   tmp_path / "run", tmp_path / "data")
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
