@@ -104,21 +104,41 @@ def _pretrained_vs_scratch(ctx: Context, case: str, pretrained: list[str], scrat
                   f"pretrained {best['seqattn']}, scratch {best['scratch']}")
 
 
+def config_digest(overrides: list[str]) -> str:
+    """SHA-1 of the config ``python -m seqattn.run <overrides>`` composes (unresolved YAML): it changes when a
+    recipe default the command does not name changes (an adapter's positional encoding, a width)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from seqattn.configs import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    return hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest()
+
+
 def _pretrain_once(ctx: Context, pretrain: list[str], label: str, case: str) -> tuple[dict, float, Path]:
     """Run the pretraining ``pretrain`` (+ ``ctx.extra``) into ``<folder>/pretrain``, or reuse a finished one made by
-    the same command there (a rerun after a fine-tune failure, or the other case of the pair). ``folder`` is
-    :func:`_pretraining_folder` of ``case``: one pretraining serves a case and its ``_full`` twin. Returns
-    ``(its metrics.json, wall seconds, its best checkpoint)``."""
+    the same command **and the same composed config** there (a rerun after a fine-tune failure, or the other case
+    of the pair; a pretraining made before a recipe default changed is run again, and the log says why).
+    ``folder`` is :func:`_pretraining_folder` of ``case``: one pretraining serves a case and its ``_full`` twin.
+    Returns ``(its metrics.json, wall seconds, its best checkpoint)``."""
     out = _pretraining_folder(ctx, case) / "pretrain"
     ckpt = out / "checkpoints" / "best.ckpt"
     done = out / "bench_command.json"
-    if done.is_file() and json.loads(done.read_text())["command"] == pretrain + ctx.extra:
-        ctx.log(f"{label}: reusing the finished pretraining in {out}")
-        return json.loads((out / "metrics.json").read_text()), json.loads(done.read_text())["seconds"], ckpt
+    command, digest = pretrain + ctx.extra, config_digest(pretrain + ctx.extra)
+    if done.is_file():
+        made = json.loads(done.read_text())
+        if made["command"] == command and made.get("config_sha1") == digest:
+            ctx.log(f"{label}: reusing the finished pretraining in {out}")
+            return json.loads((out / "metrics.json").read_text()), made["seconds"], ckpt
+        ctx.log(f"{label}: the pretraining in {out} was made by "
+                + ("another command" if made["command"] != command else "the same command with other recipe defaults")
+                + ": running it again")
     start = time.perf_counter()
-    metrics, _ = run_recipe(pretrain + ctx.extra, out)
+    metrics, _ = run_recipe(command, out)
     seconds = time.perf_counter() - start
-    done.write_text(json.dumps({"command": pretrain + ctx.extra, "seconds": seconds}))
+    done.write_text(json.dumps({"command": command, "config_sha1": digest, "seconds": seconds}))
     return metrics, seconds, ckpt
 
 

@@ -336,3 +336,28 @@ def test_cora_case_pretrains_on_the_whole_graph_with_the_fine_tunes_adapter(tmp_
     assert [o for o in full if o != "data.planetoid_split=full"] == few and "data.planetoid_split=full" in full
     assert "data.planetoid_split=full" in results["cora_pretrain_full"].notes.split("scratch:")[1]
     assert "140 labels" in results["cora_pretrain"].dataset and "1,208" in results["cora_pretrain_full"].dataset
+
+
+def test_a_pretraining_made_under_other_recipe_defaults_is_run_again(tmp_path, monkeypatch):
+    """The reuse of a finished pretraining is keyed on the composed config, not only the command: a recipe
+    default that changed since (molecule_pretrain's positional encoding) must not hand the fine-tunes a checkpoint
+    of the old architecture."""
+    runs, logs = [], []
+    monkeypatch.setattr(pretrain_case, "run_recipe", _recording_run(lambda overrides, out: runs.append(out)))
+    ctx = Context(data=tmp_path, work=tmp_path / "w" / "case", seeds=1, log=logs.append)
+    command = ["task=molecule_pretrain", "trainer.max_epochs=1"]
+    pretrain_case._pretrain_once(ctx, command, "case", "case")
+    pretrain_case._pretrain_once(ctx, command, "case", "case")
+    assert len(runs) == 1 and "reusing the finished pretraining" in logs[-1]
+    monkeypatch.setattr(pretrain_case, "config_digest",
+                        lambda overrides: "a config composed after a default changed")
+    pretrain_case._pretrain_once(ctx, command, "case", "case")
+    assert len(runs) == 2 and "the same command with other recipe defaults: running it again" in logs[-1]
+    pretrain_case._pretrain_once(ctx, command + ["seed=1"], "case", "case")
+    assert len(runs) == 3 and "another command" in logs[-1]
+
+
+def test_the_config_digest_follows_a_default_the_command_does_not_name():
+    plain = pretrain_case.config_digest(["task=molecule_pretrain"])
+    assert plain == pretrain_case.config_digest(["task=molecule_pretrain"])
+    assert plain != pretrain_case.config_digest(["task=molecule_pretrain", "adapter.positional=none"])
