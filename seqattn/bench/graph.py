@@ -118,16 +118,15 @@ def _molecule_cell(impl: str, graphs: int, hops: int, repeats: int | None, budge
 
 def _epoch_cell(data_dir: str, limit: int | None, out_dir: str) -> dict[str, Any]:
     import lightning as L
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from seqattn.run import CONFIG_DIR, build_objective
+    from seqattn.configs import compose_config
+    from seqattn.run import build_objective
 
     overrides = ["task=molecule", f"paths.data_dir={data_dir}", f"paths.output_dir={out_dir}"]
     if limit:
         overrides.append(f"data.limit={limit}")
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_config(overrides)
     L.seed_everything(0)
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()

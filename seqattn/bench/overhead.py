@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from seqattn.bench.measure import TERMINAL_ENV, write_report
-from seqattn.configs import CONFIG_DIR, task_names
+from seqattn.configs import compose_config, task_names
 
 TASKS = tuple(task_names())
 WAYS = ("bare", "bare+loader", "recipe", "recipe, no bar")
@@ -66,7 +66,6 @@ def measure_task(task: str, args: argparse.Namespace) -> dict[str, Any]:
     """The four ways of one task, in this process. ms per step (median), and the losses of the first steps."""
     import lightning as L
     import torch
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from omegaconf import open_dict
 
@@ -78,8 +77,7 @@ def measure_task(task: str, args: argparse.Namespace) -> dict[str, Any]:
     if isinstance(threads, int):
         torch.set_num_threads(threads)
     total = args.warmup + args.steps + 1
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"task={task}", *args.overrides])
+    cfg = compose_config([f"task={task}", *args.overrides])
     out_dir = Path(args.work_dir).resolve() / task
     with open_dict(cfg):
         cfg.paths.output_dir = str(out_dir)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from seqattn.bench.measure import TERMINAL_ENV, write_report
-from seqattn.configs import CONFIG_DIR, task_names
+from seqattn.configs import compose_config, task_names
 
 #: every recipe, one per ``conf/task/<task>.yaml`` (a new task is benchmarked without editing this file)
 TASKS = tuple(task_names())
@@ -145,7 +145,6 @@ def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tup
                   ) -> list[dict[str, Any]]:
     """CPU time per training step of each recipe's network, each variant, interleaved."""
     import torch
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from omegaconf import open_dict
 
@@ -155,8 +154,7 @@ def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tup
         torch.set_num_threads(args.threads)
     results = []
     for task in tasks:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[f"task={task}", *args.overrides])
+        cfg = compose_config([f"task={task}", *args.overrides])
         with open_dict(cfg):
             cfg.paths.output_dir = str(Path(args.work_dir).resolve() / task)
         torch.manual_seed(0)

@@ -107,14 +107,11 @@ def _pretrained_vs_scratch(ctx: Context, case: str, pretrained: list[str], scrat
 def config_digest(overrides: list[str]) -> str:
     """SHA-1 of the config ``python -m seqattn.run <overrides>`` composes (unresolved YAML): it changes when a
     recipe default the command does not name changes (an adapter's positional encoding, a width)."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from seqattn.configs import CONFIG_DIR
+    from seqattn.configs import compose_config
 
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    return hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest()
+    return hashlib.sha1(OmegaConf.to_yaml(compose_config(overrides)).encode()).hexdigest()
 
 
 def _pretrain_once(ctx: Context, pretrain: list[str], label: str, case: str) -> tuple[dict, float, Path]:
@@ -296,16 +293,13 @@ def evaluated_test_smiles(overrides: list[str], seeds: int) -> set[str]:
     """The canonical SMILES of the test molecules of ``python -m seqattn.run <overrides> seed=<s>`` for every
     seed below ``seeds``: the run's own DataModule (``overrides`` composed as the run composes them, its ``data``
     instantiated and set up), so the split is the one the fine-tunes evaluate on."""
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from seqattn.configs import CONFIG_DIR
+    from seqattn.configs import compose_config
 
     out: set[str] = set()
     for seed in range(seeds):
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[*overrides, f"seed={seed}"])
-        datamodule = instantiate(cfg.data)
+        datamodule = instantiate(compose_config([*overrides, f"seed={seed}"]).data)
         datamodule.setup("fit")
         out |= {canonical(g["smiles"]) for g in datamodule.datasets["test"].graphs}
     return out
