@@ -357,7 +357,17 @@ def test_a_pretraining_made_under_other_recipe_defaults_is_run_again(tmp_path, m
     assert len(runs) == 3 and "another command" in logs[-1]
 
 
-def test_the_config_digest_follows_a_default_the_command_does_not_name():
-    plain = pretrain_case.config_digest(["task=molecule_pretrain"])
-    assert plain == pretrain_case.config_digest(["task=molecule_pretrain"])
-    assert plain != pretrain_case.config_digest(["task=molecule_pretrain", "adapter.positional=none"])
+def test_the_config_digest_follows_a_default_the_command_does_not_name(tmp_path, monkeypatch):
+    import shutil
+
+    from seqattn import configs
+
+    command = ["task=molecule_pretrain"]
+    plain = pretrain_case.config_digest(command)
+    assert plain == pretrain_case.config_digest(command)
+    conf = shutil.copytree(configs.CONFIG_DIR, tmp_path / "conf")  # the same tree with one recipe default changed
+    task = conf / "task" / "molecule_pretrain.yaml"
+    assert "positional: random_walk" in task.read_text()
+    task.write_text(task.read_text().replace("positional: random_walk", "positional: laplacian"))
+    monkeypatch.setattr(configs, "CONFIG_DIR", conf)
+    assert pretrain_case.config_digest(command) != plain
