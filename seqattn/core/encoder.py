@@ -20,7 +20,7 @@ from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
 from seqattn.core.graph_cost import DENSE_MIN_FILL
-from seqattn.core.plan import PlanOptions, Structure, plan_structure
+from seqattn.core.plan import PlanOptions, Structure, pack_edge_plan, plan_structure
 from seqattn.core.positional import RelativePositionBias, build_positional
 from seqattn.core.propagation import ppr_propagate
 from seqattn.core.tokens import Tokens
@@ -177,6 +177,11 @@ class Encoder(nn.Module):
             (:class:`ConvModule`: a depthwise convolution ``k`` positions wide over the sequence), a local
             prior beside attention's global view; sequences only (a graph batch, ``edge_index``, raises);
             global tokens (``Tokens.num_global``, a CLS token) are left out of it. 0 = none (default).
+        pack_graphs: a padded graph batch planned onto the ``edge`` path (molecules) runs its layers on the
+            real tokens only, ``[1, T, D]`` instead of ``[B, L, D]`` (:func:`~seqattn.core.plan.pack_edge_plan`):
+            the same arithmetic for every real token, without the projections and feed-forward of the padding.
+            Not when attention weights are asked for, under tracing or with rotary positions (they read the
+            padded position). False = always the padded layout (tests, benchmarks).
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -210,8 +215,10 @@ class Encoder(nn.Module):
         attn_scale: float | None = None,
         initial_residual: float = 0.0,
         conv_kernel: int = 0,
+        pack_graphs: bool = True,
     ) -> None:
         super().__init__()
+        self.pack_graphs = bool(pack_graphs)
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         if isinstance(output_propagation, bool) or not isinstance(output_propagation, int) or output_propagation < 0:
@@ -366,8 +373,15 @@ class Encoder(nn.Module):
         if self.conv_kernel and num_global:
             conv_mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask.clone()
             conv_mask[:, :num_global] = False
+        packed = None
+        if self.pack_graphs and not wanted and self.rotary is None and not tracing():
+            packed = pack_edge_plan(plan)  # (tokens [T], the plan over [1, T]) or None
+        if packed is not None:
+            tokens, plan = packed
+            b, length, width = x.shape
+            x = x.reshape(b * length, width).index_select(0, tokens).unsqueeze(0)  # [1, T, D]
         weights = []
-        x0 = x  # [B, L, D], what the initial residual mixes back
+        x0 = x  # [B, L, D] (packed: [1, T, D]), what the initial residual mixes back
         for i, layer in enumerate(self.layers):
             out = layer(x, None, None, i in wanted, conv_mask=conv_mask, rotary=self.rotary, plan=plan,
                         attention_items=attention_items, bias=bias)
@@ -379,6 +393,8 @@ class Encoder(nn.Module):
             if self.initial_residual:
                 x = (1.0 - self.initial_residual) * x + self.initial_residual * x0  # [B, L, D]
         x = self.norm(x)
+        if packed is not None:  # [1, T, D] -> [B, L, D], padding zero
+            x = x.new_zeros(b * length, width).index_copy(0, tokens, x[0]).view(b, length, width)
         if self.output_propagation:
             x = ppr_propagate(x, edge_index, mask, self.output_propagation, self.propagation_alpha)  # [B, L, D]
         if mask is not None:

@@ -31,8 +31,8 @@ from seqattn.core.masks import as_4d, build_attention_mask, combine_masks, dead_
     structure_mask
 from seqattn.core.varlen import varlen_layout
 
-__all__ = ["PATHS", "KERNEL_OF_PATH", "AttentionPlan", "PlanOptions", "Structure", "plan_attention", "plan_layer",
-           "plan_structure"]
+__all__ = ["PATHS", "KERNEL_OF_PATH", "AttentionPlan", "PlanOptions", "Structure", "pack_edge_plan", "plan_attention",
+           "plan_layer", "plan_structure"]
 
 #: the band kernel is planned when it computes at most this fraction of the dense pairs ...
 BAND_MAX_FRACTION = 0.5
@@ -361,6 +361,36 @@ def _plan_edge(s: Structure, options: PlanOptions, heads: int) -> AttentionPlan:
                          kernel_mask=kernel_mask, dead=_query_dead(s), graph_path="edge",
                          pairs=int(edge_index.shape[1]), allowed_pairs=int(edge_index.shape[1]),
                          **_common(s, options, heads))
+
+
+def pack_edge_plan(plan: AttentionPlan) -> tuple[torch.Tensor, AttentionPlan] | None:
+    """An ``edge`` plan over a padded batch -> the same attention over its real tokens only:
+    ``(tokens [T], packed)``, ``tokens`` the flattened ``b·L + l`` positions of the ``T`` real tokens in
+    order, ``packed`` an ``edge`` plan for one sequence of ``T`` tokens (``[1, T]``), its edges renumbered and
+    those that touch padding dropped (with their ``edge_bias`` / ``edge_attr`` rows). A layer run on
+    ``x.reshape(B·L, D)[tokens]`` under ``packed`` gives the padded layer's rows of the real tokens: the edge
+    kernel's per-edge arithmetic does not depend on the layout, and the projections and feed-forward skip
+    the padding (molecule batches are ~2.3x padded). None when the plan is not ``edge``, has no padding
+    mask or nothing is padded. One host read (the real-token count)."""
+    if plan.path != "edge" or plan.mask is None or plan.edge_index is None:
+        return None
+    flat = plan.mask.reshape(-1)  # [B·L]
+    tokens = flat.nonzero().squeeze(1)  # [T]
+    count = tokens.numel()
+    if count == flat.numel():
+        return None
+    position = torch.full((flat.numel(),), -1, dtype=torch.long, device=flat.device)
+    position[tokens] = torch.arange(count, device=flat.device)
+    edge_index = position[plan.edge_index]  # [2, E]
+    keep = (edge_index >= 0).all(0)  # [E]: edges between real tokens
+    edge_index = edge_index[:, keep]
+    edge_bias = None if plan.edge_bias is None else plan.edge_bias[keep]
+    edge_attr = None if plan.edge_attr is None else plan.edge_attr[keep]
+    edges = int(edge_index.shape[1])
+    packed = AttentionPlan("edge", kernel=plan.kernel, batch=1, length=count, heads=plan.heads,
+                           edge_index=edge_index, edge_bias=edge_bias, edge_attr=edge_attr, graph_path="edge",
+                           pairs=edges, allowed_pairs=edges, structure=dict(plan.structure))
+    return tokens, packed
 
 
 def _plan_graph_features(s: Structure, options: PlanOptions, heads: int, extra) -> AttentionPlan:

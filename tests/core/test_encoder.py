@@ -256,3 +256,68 @@ def test_conv_kernel_is_checked():
     edges = torch.tensor([[0, 1], [1, 0]])
     with pytest.raises(ValueError, match="conv_kernel=3 convolves over positions in order.*graph"):
         enc(Tokens(torch.randn(1, 2, 16), torch.ones(1, 2, dtype=torch.bool), edge_index=edges))
+
+
+@pytest.mark.parametrize("features", ["none", "bias", "bias+attr"])
+def test_packed_graph_layers_equal_the_padded_layers(features):
+    """A padded graph batch on the edge path runs its layers on the real tokens only (pack_graphs): the
+    outputs (padding: zero) and the gradients of the input, the edge bias / features and every parameter
+    equal the padded layout's, with an initial residual and edges into padding in the batch."""
+    from seqattn.core import mask_to_edge_index
+
+    torch.manual_seed(0)
+    edge_dim = 3 if "attr" in features else 0
+    kwargs = dict(depth=2, heads=4, dropout=0.0, positional="none", kernel="sdpa", graph_path="edge",
+                  edge_dim=edge_dim, initial_residual=0.2)
+    packed = Encoder(16, **kwargs)
+    padded = Encoder(16, pack_graphs=False, **kwargs)
+    padded.load_state_dict(packed.state_dict())
+    x, mask = _batch([7, 3, 5])
+    adj = (torch.rand(3, 7, 7) > 0.5) | torch.eye(7, dtype=torch.bool)
+    adj &= mask[:, :, None]  # queries are real; keys may be padding (the plan drops those edges)
+    edge_index = mask_to_edge_index(adj)
+    e = edge_index.shape[1]
+    bias = torch.randn(e, 4, requires_grad=True) if features != "none" else None
+    attr = torch.randn(e, edge_dim, requires_grad=True) if edge_dim else None
+    outs, grads = [], []
+    for enc in (packed, padded):
+        xi = x.clone().requires_grad_()
+        out = enc(Tokens(xi, mask, edge_index=edge_index, edge_bias=bias, edge_attr=attr))
+        assert enc.last_graph_path == "edge"
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        outs.append(out)
+        grads.append([xi.grad] + [t.grad.clone() for t in (bias, attr) if t is not None]
+                     + [p.grad for p in enc.parameters()])
+        for t in (bias, attr):
+            if t is not None:
+                t.grad = None
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+    assert torch.equal(outs[0][~mask], torch.zeros_like(outs[0][~mask]))
+    assert len(grads[0]) == len(grads[1])
+    for g0, g1 in zip(*grads):
+        torch.testing.assert_close(g0, g1, atol=1e-5, rtol=1e-4)
+
+
+def test_pack_edge_plan_renumbers_real_tokens_and_drops_edges_to_padding():
+    """pack_edge_plan: the real tokens in order, edges renumbered into them, edges touching padding
+    dropped with their bias rows; nothing to pack (no padding, another path) -> None."""
+    from seqattn.core import plan_attention
+    from seqattn.core.plan import pack_edge_plan
+
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    # flattened b*3+l: (0->1), (1->0), (2->1) from padding, (3->3)
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 0, 1, 3]])
+    bias = torch.arange(8.0).view(4, 2)
+    plan = plan_attention(2, 3, heads=2, dim=8, device=torch.device("cpu"), mask=mask, edge_index=edge_index,
+                          edge_bias=bias, graph_path="edge")
+    tokens, packed = pack_edge_plan(plan)
+    assert tokens.tolist() == [0, 1, 3]
+    assert (packed.batch, packed.length, packed.path, packed.mask) == (1, 3, "edge", None)
+    assert packed.edge_index.tolist() == [[0, 1, 2], [1, 0, 2]]
+    assert packed.edge_bias.tolist() == [[0.0, 1.0], [2.0, 3.0], [6.0, 7.0]]
+    full = plan_attention(2, 3, heads=2, dim=8, device=torch.device("cpu"), edge_index=edge_index,
+                          edge_bias=bias, graph_path="edge")
+    assert pack_edge_plan(full) is None
+    dense = plan_attention(2, 3, heads=2, dim=8, device=torch.device("cpu"), mask=mask, edge_index=edge_index,
+                           edge_bias=bias, graph_path="dense")
+    assert pack_edge_plan(dense) is None
