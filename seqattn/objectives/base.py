@@ -190,16 +190,31 @@ class Objective(L.LightningModule):
         return out
 
     def build_optimizer(self) -> torch.optim.Optimizer:
-        """``optimizer`` (the config) over :meth:`parameter_groups`. An optimizer that takes ``foreach``
-        gets ``foreach=True`` unless the config sets ``foreach`` or ``fused``: one multi-tensor update in
-        place of a Python loop over the parameters, the same numbers to the last bit (AdamW on CPU,
-        where torch's default is the loop: ``python -m seqattn.bench overhead``)."""
+        """``optimizer`` (the config) over :meth:`parameter_groups`, with torch's fastest update unless the
+        config sets ``foreach`` or ``fused``: ``fused=True`` (one kernel per parameter; AdamW on CPU 0.52 vs
+        1.31 ms per step of the molecule recipe's 138k parameters against ``foreach``, 1.9 ms for torch's
+        default loop) where the optimizer takes it, every parameter is a float tensor on CPU or CUDA and the
+        trainer does not run mixed precision (Lightning refuses gradient clipping with a fused optimizer under
+        AMP: it unscales the gradients inside ``step``); else ``foreach=True`` where it is taken (one
+        multi-tensor update, the loop's numbers to the last bit)."""
         # partial, then called: Hydra would wrap a list of param-group dicts in an OmegaConf container
         make = instantiate(self.optimizer_cfg, _partial_=True)
         extra = {}
-        if not {"foreach", "fused"} & set(self.optimizer_cfg) and "foreach" in inspect.signature(make.func).parameters:
-            extra["foreach"] = True
+        if not {"foreach", "fused"} & set(self.optimizer_cfg):
+            takes = inspect.signature(make.func).parameters
+            if "fused" in takes and self._fused_update_ok():
+                extra["fused"] = True
+            elif "foreach" in takes:
+                extra["foreach"] = True
         return make(params=self.parameter_groups(), **extra)
+
+    def _fused_update_ok(self) -> bool:
+        """Whether torch's fused optimizer step can take this model (see :meth:`build_optimizer`)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        if not params or any(not p.is_floating_point() or p.device.type not in ("cpu", "cuda") for p in params):
+            return False
+        trainer = getattr(self, "_trainer", None)
+        return trainer is None or "mixed" not in str(getattr(trainer, "precision", ""))
 
     def configure_optimizers(self):
         optimizer = self.build_optimizer()

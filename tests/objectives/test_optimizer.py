@@ -1,4 +1,5 @@
-"""The objective's optimizer: multi-tensor (``foreach``) updates by default, the same numbers as the loop."""
+"""The objective's optimizer: torch's fused update by default (multi-tensor ``foreach`` where fused is not
+taken), the loop's numbers (``foreach``: to the bit; ``fused``: to rounding)."""
 
 from __future__ import annotations
 
@@ -28,17 +29,45 @@ def _train(model: SequenceClassification, steps: int = 15) -> torch.Tensor:
 ADAMW = {"_target_": "torch.optim.AdamW", "lr": 1e-2, "weight_decay": 0.01}
 
 
-def test_adamw_gets_foreach_unless_the_config_chooses():
-    assert _model(ADAMW).build_optimizer().defaults["foreach"] is True
-    assert _model({**ADAMW, "foreach": False}).build_optimizer().defaults["foreach"] is False
-    fused = _model({**ADAMW, "fused": True}).build_optimizer().defaults
-    assert fused["fused"] is True and fused["foreach"] is None
-    assert _model(None).build_optimizer().defaults["foreach"] is True  # the objective's own default (AdamW)
-    # an optimizer without a foreach argument is built as configured
+class _Trainer:
+    def __init__(self, precision: str) -> None:
+        self.precision = precision
+
+
+def test_adamw_gets_fused_unless_the_config_chooses():
+    defaults = _model(ADAMW).build_optimizer().defaults
+    assert defaults["fused"] is True and defaults["foreach"] is None
+    assert _model(None).build_optimizer().defaults["fused"] is True  # the objective's own default (AdamW)
+    chosen = _model({**ADAMW, "foreach": False}).build_optimizer().defaults
+    assert chosen["foreach"] is False and not chosen["fused"]
+    chosen = _model({**ADAMW, "fused": False}).build_optimizer().defaults
+    assert chosen["fused"] is False and chosen["foreach"] is None
+    # an optimizer that takes foreach but not fused (Adamax) gets foreach
+    assert _model({"_target_": "torch.optim.Adamax", "lr": 0.1}).build_optimizer().defaults["foreach"] is True
+    # an optimizer with neither argument is built as configured
     sparse = _model({"_target_": "torch.optim.SparseAdam", "lr": 0.1}).build_optimizer()
-    assert "foreach" not in sparse.defaults
+    assert "foreach" not in sparse.defaults and "fused" not in sparse.defaults
+
+
+def test_mixed_precision_gets_foreach_not_fused():
+    """Lightning's AMP plugin refuses gradient clipping with a fused optimizer: mixed precision keeps foreach."""
+    for precision, fused in (("bf16-mixed", False), ("16-mixed", False), ("32-true", True), ("bf16-true", True)):
+        model = _model(ADAMW)
+        model._trainer = _Trainer(precision)
+        defaults = model.build_optimizer().defaults
+        assert bool(defaults["fused"]) is fused and (defaults["foreach"] is True) is (not fused), precision
 
 
 def test_foreach_learns_exactly_what_the_loop_learns():
     """Weight decay on some groups and not others (parameter_groups): bit for bit the same weights."""
-    assert torch.equal(_train(_model(ADAMW)), _train(_model({**ADAMW, "foreach": False})))
+    assert torch.equal(_train(_model({**ADAMW, "foreach": True})), _train(_model({**ADAMW, "foreach": False})))
+
+
+def test_fused_learns_what_the_loop_learns():
+    """The default (fused) update, weight decay on some groups and not others: the loop's weights to float
+    rounding after 5 steps (later, Adam's division by the root of tiny second moments turns rounding of
+    ~1e-10 gradients into visible differences), and they moved."""
+    start = torch.cat([p.detach().flatten() for p in _model(ADAMW).parameters()])
+    fused, loop = _train(_model(ADAMW), steps=5), _train(_model({**ADAMW, "foreach": False}), steps=5)
+    torch.testing.assert_close(fused, loop, atol=1e-7, rtol=1e-6)
+    assert (fused - start).abs().max() > 1e-2
