@@ -7,6 +7,11 @@ bias that requires grad sends SDPA to its math path) and ``edge`` are today's tw
 ``auto`` took the edge path below a 0.15 fill); ``biased`` = the planner's fused biased path forced
 (custom autograd, the bias gradient at the edges only); ``planned`` = the planner's choice.
 
+``graph_layers``: the whole ``task=molecule`` encoder (4 layers of width 64, 4 heads, feed-forward x2: projections,
+norms, feed-forward and the edge kernel) on a batch of NCI molecules as they come (any size: padded to the
+largest), forward + backward, ``padded`` (every layer on ``[B, N, D]``) vs ``packed`` (the real atoms only,
+``[1, T, D]``: ``Encoder(pack_graphs=True)``, the default).
+
 ``graph_fill``: the same attention on molecule-like graphs (chains with ring closures, hops 1) padded to
 12-64 nodes, ``dense`` vs ``edge`` vs ``planned``: where the crossover fill lies (the cost model's
 :data:`~seqattn.core.graph_cost.MEASURED_CROSSOVER_FILL`).
@@ -20,9 +25,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
-def molecule_batch(graphs: int) -> dict[str, Any]:
-    """The first ``graphs`` NCI molecules (RDKit's TPSA file) of 20-30 atoms, collated: ``x [B, N, F]``,
-    ``mask [B, N]``, ``edge_index [2, E]``, ``edge_attr [E, Fe]``, ``labels``."""
+def molecule_batch(graphs: int, atoms: tuple[int, int] = (20, 30)) -> dict[str, Any]:
+    """The first ``graphs`` NCI molecules (RDKit's TPSA file) of ``atoms[0]``-``atoms[1]`` atoms, collated:
+    ``x [B, N, F]``, ``mask [B, N]``, ``edge_index [2, E]``, ``edge_attr [E, Fe]``, ``labels``."""
     from seqattn.modalities.graph.molecule_data import collate_molecules
     from seqattn.modalities.graph.molecules import featurize_records, nci_tpsa_path, read_smiles_table
 
@@ -30,7 +35,7 @@ def molecule_batch(graphs: int) -> dict[str, Any]:
     chosen = []
     for rec in records:
         g, _ = featurize_records([rec], skip_invalid=True)
-        if g and 20 <= g[0]["x"].shape[0] <= 30:
+        if g and atoms[0] <= g[0]["x"].shape[0] <= atoms[1]:
             chosen.append(g[0])
         if len(chosen) == graphs:
             break
@@ -91,6 +96,55 @@ def graph_bias_targets(rows: list[dict[str, Any]]) -> list[str]:
             out.append(f"target graph attention with learned biases, {cfg}: planned >= 2x faster than today "
                        f"(today's auto path: {auto_today}): {'met' if ratio >= 2 else 'missed'} ({ratio:.2f}x; "
                        f"{best:.2f}x vs the faster of today's two paths)")
+    return out
+
+
+def graph_layers_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    """The molecule recipe's encoder stack (``conf/model/graph_transformer.yaml``: 4 layers, width 64, 4 heads,
+    ff_mult 2, the edge path) on ``graphs`` NCI molecules of any size, forward + backward into every parameter
+    and the adapter's tokens: ``padded`` (``pack_graphs=False``) vs ``packed`` (the default)."""
+    import torch
+
+    from seqattn.core import Encoder
+    from seqattn.modalities.graph.adapter import GraphAdapter
+    from seqattn.modalities.graph.molecules import ATOM_FEATURES, BOND_FEATURES
+
+    torch.manual_seed(0)
+    graphs = 4 if small else cfg["graphs"]
+    batch = molecule_batch(graphs, atoms=(1, 10**6))
+    adapter = GraphAdapter(64, ATOM_FEATURES, BOND_FEATURES, heads=4, hops=1)
+    with torch.no_grad():
+        tokens = adapter(**{k: batch[k] for k in ("x", "mask", "edge_index", "edge_attr")})
+    x = tokens.x.clone().requires_grad_()
+    bias = tokens.edge_bias.clone().requires_grad_()
+    encoder = Encoder(64, 4, 4, ff_mult=2, dropout=0.0, positional="none", graph_path="edge",
+                      pack_graphs=impl == "packed")
+    b, n = tokens.mask.shape
+    edges = int(tokens.edge_index.shape[1])
+    real = int(tokens.mask.sum())
+    info: dict[str, Any] = {"batch": graphs, "heads": 4, "head_dim": 16, "attention_edges": edges, "padded_nodes": n,
+                            "real_nodes": real, "padding": b * n / real, "allowed_pairs": edges}
+
+    def step():
+        out = encoder(x, mask=tokens.mask, edge_index=tokens.edge_index, edge_bias=bias)
+        out.square().sum().backward()
+        for t in [x, bias, *encoder.parameters()]:
+            t.grad = None
+        info["path"] = encoder.last_graph_path
+
+    return step, info
+
+
+def graph_layers_targets(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per size: the packed stack against the padded one (the padding factor beside it)."""
+    out = []
+    for cfg in sorted({r["config"] for r in rows}):
+        got = {r["impl"]: r for r in rows if r["config"] == cfg and r["status"] == "ok"}
+        if {"padded", "packed"} <= set(got):
+            ratio = got["packed"]["time_ms"] / got["padded"]["time_ms"]
+            out.append(f"target molecule encoder on the real atoms only, {cfg} (padded {got['packed']['padding']:.2f}x "
+                       f"the atoms): packed faster than padded: {'met' if ratio < 1 else 'missed'} "
+                       f"({ratio:.2f}x the padded step)")
     return out
 
 
@@ -173,6 +227,13 @@ STRUCTURE_CELLS: dict[str, dict[str, Any]] = {
         "describe": lambda cfg: f"{cfg['graphs']} molecules, hops {cfg['hops']}",
         "step": graph_bias_step,
         "targets": graph_bias_targets,
+    },
+    "graph_layers": {
+        "impls": ("padded", "packed"),
+        "sizes": lambda tiny: [{"graphs": 8}] if tiny else [{"graphs": 32}, {"graphs": 128}],
+        "describe": lambda cfg: f"{cfg['graphs']} NCI molecules, any size",
+        "step": graph_layers_step,
+        "targets": graph_layers_targets,
     },
     "graph_fill": {
         "impls": ("dense", "edge", "planned"),
