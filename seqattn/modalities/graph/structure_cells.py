@@ -135,11 +135,16 @@ def graph_layers_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Call
     return step, info
 
 
+def _ok_rows_by_config(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """``[(config, {impl: row})]`` of the rows that ran (status ok), configs sorted."""
+    return [(cfg, {r["impl"]: r for r in rows if r["config"] == cfg and r["status"] == "ok"})
+            for cfg in sorted({r["config"] for r in rows})]
+
+
 def graph_layers_targets(rows: list[dict[str, Any]]) -> list[str]:
     """One line per size: the packed stack against the padded one (the padding factor beside it)."""
     out = []
-    for cfg in sorted({r["config"] for r in rows}):
-        got = {r["impl"]: r for r in rows if r["config"] == cfg and r["status"] == "ok"}
+    for cfg, got in _ok_rows_by_config(rows):
         if {"padded", "packed"} <= set(got):
             ratio = got["packed"]["time_ms"] / got["padded"]["time_ms"]
             out.append(f"target molecule encoder on the real atoms only, {cfg} (padded {got['packed']['padding']:.2f}x "
@@ -206,8 +211,7 @@ def graph_fill_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callab
 def graph_fill_targets(rows: list[dict[str, Any]]) -> list[str]:
     """One line per size: the planned path within 10% of the faster of dense and edge."""
     out = []
-    for cfg in sorted({r["config"] for r in rows}):
-        got = {r["impl"]: r for r in rows if r["config"] == cfg and r["status"] == "ok"}
+    for cfg, got in _ok_rows_by_config(rows):
         if {"dense", "edge", "planned"} <= set(got):
             best = min(got["dense"]["time_ms"], got["edge"]["time_ms"])
             ratio = got["planned"]["time_ms"] / best
