@@ -218,7 +218,10 @@ class Encoder(nn.Module):
         pack_graphs: bool = True,
     ) -> None:
         super().__init__()
-        self.pack_graphs = bool(pack_graphs)
+        if not isinstance(pack_graphs, bool):
+            raise ValueError(f"pack_graphs must be true or false (run padded graph batches on their real tokens), "
+                             f"got {pack_graphs!r}")
+        self.pack_graphs = pack_graphs
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         if isinstance(output_propagation, bool) or not isinstance(output_propagation, int) or output_propagation < 0:

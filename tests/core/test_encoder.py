@@ -119,6 +119,8 @@ def test_encoder_errors():
         Encoder(16, 1, 2, kernel="linear", window=3)
     with pytest.raises(ValueError, match=r"encoder input must be \[B, L, D=16\]"):
         Encoder(16, 1, 2)(torch.randn(2, 3, 8))
+    with pytest.raises(ValueError, match="pack_graphs must be true or false.*got 'yes'"):
+        Encoder(16, 1, 2, pack_graphs="yes")
 
 
 def test_edge_kernel_encoder_equals_dense_masked_encoder():
