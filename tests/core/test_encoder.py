@@ -286,6 +286,8 @@ def test_packed_graph_layers_equal_the_padded_layers(features):
         xi = x.clone().requires_grad_()
         out = enc(Tokens(xi, mask, edge_index=edge_index, edge_bias=bias, edge_attr=attr))
         assert enc.last_graph_path == "edge"
+        # the plan's log line says whether the padding was skipped: 15 real tokens of 3 x 7
+        assert ("packed: 15 real tokens of 3×7" in enc.last_plan["summary"]) == enc.pack_graphs
         (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
         outs.append(out)
         grads.append([xi.grad] + [t.grad.clone() for t in (bias, attr) if t is not None]
