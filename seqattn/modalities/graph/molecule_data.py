@@ -31,6 +31,7 @@ from seqattn.modalities.graph.molecules import (
     FEATURIZER_VERSION,
     KINDS,
     MOLECULENET,
+    TOKENS,
     featurize_records,
     moleculenet_csv,
     nci_tpsa_path,
@@ -158,6 +159,7 @@ class MoleculeDataModule(TaskDataModule):
         bucket_by_length: bool = False,
         bucket_batches: int = 50,
         train_fraction: float = 1.0,
+        tokens: str = "atoms",
     ) -> None:
         if source is None:
             source = "csv" if path else ("moleculenet" if moleculenet else "nci_tpsa")
@@ -174,6 +176,9 @@ class MoleculeDataModule(TaskDataModule):
             raise ValueError(f"split={split!r} is not one of {SPLITS_BY}")
         if positional not in GRAPH_POSITIONALS:
             raise ValueError(f"positional={positional!r} is not one of {GRAPH_POSITIONALS}")
+        if tokens not in TOKENS:
+            raise ValueError(f"tokens={tokens!r} is not one of {TOKENS} (one token per atom, or per bond)")
+        self.tokens = tokens
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, data_dir=data_dir,
                          val_fraction=val_fraction, test_fraction=test_fraction, limit=limit, encoding=encoding,
                          bucket_by_length=bucket_by_length, bucket_batches=bucket_batches,
@@ -198,12 +203,19 @@ class MoleculeDataModule(TaskDataModule):
         self.target_std: list[float] | None = None
 
     def item_length(self, dataset, index: int) -> int:
-        """Atoms of molecule ``index`` (for ``bucket_by_length``: batches of similar sizes pad less)."""
+        """Tokens (atoms or bonds) of molecule ``index`` (for ``bucket_by_length``: batches of similar sizes pad less)."""
         return int(dataset[index]["x"].shape[0])
 
     # -- what the model needs -------------------------------------------------------------------
-    node_features = ATOM_FEATURES
-    edge_features = BOND_FEATURES
+    @property
+    def node_features(self) -> int:
+        """Width of a token's features: an atom's, or (``tokens="bonds"``) its two atoms' sum and the bond's."""
+        return ATOM_FEATURES + (BOND_FEATURES if self.tokens == "bonds" else 0)
+
+    @property
+    def edge_features(self) -> int:
+        """Width of an edge's features: a bond's, or (``tokens="bonds"``) the atom two bonds share."""
+        return ATOM_FEATURES if self.tokens == "bonds" else BOND_FEATURES
 
     @property
     def target_kinds(self) -> list[str]:
@@ -227,7 +239,7 @@ class MoleculeDataModule(TaskDataModule):
         if self.target_mean is None:
             raise RuntimeError("spec() needs setup() (target statistics come from the train split)")
         return DataSpec(num_outputs=self.num_outputs, labels=self.label_names,
-                        sizes={"node_features": ATOM_FEATURES, "edge_features": BOND_FEATURES},
+                        sizes={"node_features": self.node_features, "edge_features": self.edge_features},
                         target_kinds=self.target_kinds, target_mean=self.target_mean, target_std=self.target_std,
                         provides={"pe": "none" if self.positional == "none" else f"{self.positional}/{self.pe_dim}"})
 
@@ -260,7 +272,8 @@ class MoleculeDataModule(TaskDataModule):
         stat = src.stat()
         key = json.dumps([str(src.resolve()), stat.st_size, stat.st_mtime_ns, self.smiles_column, self.target_columns,
                           self.target_kinds, self.id_column, self.positional, self.pe_dim, self.skip_invalid,
-                          self.split, self.split_column, self.limit, self.encoding, FEATURIZER_VERSION])
+                          self.split, self.split_column, self.limit, self.encoding, FEATURIZER_VERSION]
+                         + ([self.tokens] if self.tokens != "atoms" else []))  # atom caches keep their names
         return self.data_dir / "molecules" / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
 
     def _load_graphs(self) -> list[dict[str, Any]]:
@@ -278,7 +291,7 @@ class MoleculeDataModule(TaskDataModule):
         if self.limit is not None:
             records = records[: self.limit]
         graphs, self.invalid = featurize_records(records, self.skip_invalid, self.positional, self.pe_dim,
-                                                 scaffolds=self.split == "scaffold")
+                                                 scaffolds=self.split == "scaffold", tokens=self.tokens)
         if cache is not None and graphs:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".tmp{os.getpid()}")
@@ -367,7 +380,8 @@ class MoleculeDataModule(TaskDataModule):
                                         skipped=bad if self.on_error == "skip" else None, id_optional=True)
             self.record_malformed(path, bad, len(records), "row(s)", "molecule(s)")
         skip = self.skip_invalid_predict or self.on_error == "skip"
-        graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim, hint=PREDICT_SKIP_HINT)
+        graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim, hint=PREDICT_SKIP_HINT,
+                                            tokens=self.tokens)
         self.record_skipped((entry.rsplit(": ", 1)[0], f"RDKit cannot parse the SMILES {entry.rsplit(': ', 1)[-1]}")
                             for entry in invalid)
         if not graphs:
@@ -407,6 +421,9 @@ class SmilesDataModule(MoleculeDataModule):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["target_columns"], kwargs["target_kinds"] = ["unused"], "regression"  # (read as none below)
+        if kwargs.get("tokens", "atoms") != "atoms":
+            raise ValueError(f"masked-atom pretraining predicts each hidden atom's element: it needs tokens=atoms, "
+                             f"got tokens={kwargs['tokens']!r}")
         super().__init__(*args, **kwargs)
         self.target_columns = []
 

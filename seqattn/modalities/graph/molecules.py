@@ -133,6 +133,46 @@ def mol_to_graph(mol) -> dict[str, torch.Tensor]:
     }
 
 
+TOKENS = ("atoms", "bonds")
+
+
+def bond_graph(g: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An atom graph (:func:`mol_to_graph`) -> its bond graph (the line graph): one token per bond, edges
+    between bonds that share an atom (edge-set attention: Buterez et al. 2024 attend over edges).
+
+    Token of bond ``u–v``: ``[x_u + x_v, bond features]`` (``[m, F + G]``, the order of the atoms does not
+    matter); an atom without bonds (a lone ion, methane's one heavy atom) is a token of its own, a bond to
+    itself: ``[2 x_a, 0]``. Edge ``b1 -> b2`` for every ordered pair of distinct bonds at a shared atom ``a``,
+    its features the shared atom's ``x_a`` (``edge_attr [e, F]``): the attention bias sees which atom joins
+    them. Input ``x [n, F]``, ``edge_index [2, 2m]`` (both directions of each bond, consecutive),
+    ``edge_attr [2m, G]``; output ``x [m + isolated, F + G]``, ``edge_index [2, e]``, ``edge_attr [e, F]``."""
+    x, edge_index, edge_attr = g["x"], g["edge_index"], g["edge_attr"]
+    n, bonds = x.shape[0], edge_index.shape[1] // 2
+    u, v = edge_index[0, 0::2], edge_index[1, 0::2]  # [m]: one direction per bond
+    if not torch.equal(edge_index[:, 1::2], torch.stack([v, u])):
+        raise ValueError("bond_graph expects both directions of every bond as consecutive edges (mol_to_graph's "
+                         f"layout), got edge_index {edge_index.tolist()}")
+    tokens = [torch.cat([x[u] + x[v], edge_attr[0::2]], dim=1)]  # [m, F + G]
+    incident: list[list[int]] = [[] for _ in range(n)]
+    for b, (i, j) in enumerate(zip(u.tolist(), v.tolist())):
+        incident[i].append(b)
+        incident[j].append(b)
+    lone = [a for a in range(n) if not incident[a]]
+    if lone:
+        tokens.append(torch.cat([2 * x[lone], x.new_zeros(len(lone), edge_attr.shape[1])], dim=1))
+    src, dst, shared = [], [], []
+    for a, at in enumerate(incident):
+        for b1 in at:
+            for b2 in at:
+                if b1 != b2:
+                    src.append(b1)
+                    dst.append(b2)
+                    shared.append(a)
+    return {"x": torch.cat(tokens, dim=0),
+            "edge_index": torch.tensor([src, dst], dtype=torch.long).view(2, -1),
+            "edge_attr": x[shared].view(-1, x.shape[1])}
+
+
 def smiles_to_graph(smiles: str) -> dict[str, torch.Tensor] | None:
     """SMILES -> graph dict (see :func:`mol_to_graph`), ``None`` if RDKit cannot parse it."""
     mol = parse_smiles(smiles)
@@ -232,13 +272,17 @@ def featurize_records(
     pe_dim: int = 8,
     scaffolds: bool = False,
     hint: str = "set data.skip_invalid=true to train without them (they are counted)",
+    tokens: str = "atoms",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Records -> (graphs, invalid "file:line: SMILES" list).
 
     Each graph: ``x, edge_index, edge_attr`` (+ ``pe [n, pe_dim]``), ``targets [T]``, ``ids``,
-    ``smiles`` (+ ``scaffold``). With ``skip_invalid=False`` any invalid SMILES raises a
+    ``smiles`` (+ ``scaffold``); ``tokens="bonds"``: the bond graph (:func:`bond_graph`), its ``pe``
+    computed on it. With ``skip_invalid=False`` any invalid SMILES raises a
     ``ValueError`` listing all of them, ending with ``hint`` (the calling command's option).
     """
+    if tokens not in TOKENS:
+        raise ValueError(f"tokens={tokens!r} is not one of {TOKENS}")
     graphs, invalid = [], []
     for rec in records:
         mol = parse_smiles(rec["smiles"])
@@ -246,6 +290,8 @@ def featurize_records(
             invalid.append(f"{rec['where']}: {rec['smiles']!r}")
             continue
         g: dict[str, Any] = mol_to_graph(mol)
+        if tokens == "bonds":
+            g = bond_graph(g)
         if positional != "none":
             g["pe"] = graph_positional_encoding(positional, g["edge_index"], g["x"].shape[0], pe_dim)
         g["targets"] = torch.tensor(rec["targets"], dtype=torch.float32)

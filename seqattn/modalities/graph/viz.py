@@ -27,22 +27,39 @@ def collect_predictions(model, loader) -> tuple[np.ndarray, np.ndarray]:
     return torch.cat(preds).numpy(), torch.cat(trues).numpy()
 
 
-def _draw_molecule(ax, smiles: str, weights: np.ndarray, title: str) -> None:
-    """Atoms at RDKit 2-D coordinates, coloured by ``weights [n]``; bonds as lines."""
+def _draw_molecule(ax, smiles: str, weights: np.ndarray, title: str, tokens: str = "atoms") -> None:
+    """Atoms at RDKit 2-D coordinates, bonds as lines; ``weights`` colour the tokens: ``[n]`` atoms
+    (``tokens="atoms"``), or ``[m + lone]`` bonds in RDKit's order, then the atoms without bonds
+    (``tokens="bonds"``, :func:`~seqattn.modalities.graph.molecules.bond_graph`'s order)."""
+    from matplotlib import colors as mcolors
     from rdkit import Chem
     from rdkit.Chem import AllChem
 
     mol = Chem.MolFromSmiles(smiles)
     AllChem.Compute2DCoords(mol)
     pos = mol.GetConformer().GetPositions()[:, :2]
-    for bond in mol.GetBonds():
+    bonds = list(mol.GetBonds())
+    norm = mcolors.Normalize(float(weights.min()), float(weights.max()) + 1e-12)
+    cmap = plt.get_cmap("viridis")
+    atom_weights = weights if tokens == "atoms" else None
+    if tokens == "bonds":  # the atoms without bonds follow the bonds, in atom order
+        lone = [a.GetIdx() for a in mol.GetAtoms() if a.GetDegree() == 0]
+        atom_weights = np.full(len(pos), np.nan)
+        atom_weights[lone] = weights[len(bonds): len(bonds) + len(lone)]
+    for b, bond in enumerate(bonds):
         i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
         width = {1.0: 1.2, 1.5: 2.0, 2.0: 2.8, 3.0: 3.6}.get(bond.GetBondTypeAsDouble(), 1.2)
-        ax.plot(pos[[i, j], 0], pos[[i, j], 1], color="0.55", lw=width, zorder=1)
-    points = ax.scatter(pos[:, 0], pos[:, 1], c=weights, cmap="viridis", s=260, zorder=2, edgecolors="k")
+        if tokens == "bonds":
+            ax.plot(pos[[i, j], 0], pos[[i, j], 1], color=cmap(norm(weights[b])), lw=3 * width + 2, zorder=1)
+        else:
+            ax.plot(pos[[i, j], 0], pos[[i, j], 1], color="0.55", lw=width, zorder=1)
+    coloured = ~np.isnan(atom_weights)
+    ax.scatter(pos[~coloured, 0], pos[~coloured, 1], c="0.6", s=160, zorder=2, edgecolors="k")
+    ax.scatter(pos[coloured, 0], pos[coloured, 1], c=atom_weights[coloured], cmap=cmap, norm=norm, s=260, zorder=2,
+               edgecolors="k")
     for k, atom in enumerate(mol.GetAtoms()):
         ax.text(pos[k, 0], pos[k, 1], atom.GetSymbol(), ha="center", va="center", fontsize=8, color="w", zorder=3)
-    plt.colorbar(points, ax=ax, fraction=0.046, pad=0.02)
+    plt.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.046, pad=0.02)
     ax.set_title(title, fontsize=9)
     ax.set_aspect("equal")
     ax.set_axis_off()
@@ -53,7 +70,7 @@ def plot_molecule_property(model, datamodule, out_dir: str | Path, layer: int = 
     """``out_dir/test_properties.png``: for the first target, predicted vs true over the test set
     (regression, with RMSE/MAE and the training-mean baseline) or the predicted probability per class
     (classification); and, for one test molecule, the attention of ``layer`` (mean over heads) as a
-    matrix and as the attention each atom receives, drawn on the molecule."""
+    matrix and as the attention each atom (or, ``data.tokens=bonds``, each bond) receives, drawn on the molecule."""
     model.eval()
     datamodule.setup("test")
     loader = datamodule.test_dataloader()
@@ -94,13 +111,16 @@ def plot_molecule_property(model, datamodule, out_dir: str | Path, layer: int = 
     image = axes[1].imshow(attn, cmap="viridis", interpolation="nearest")
     fig.colorbar(image, ax=axes[1], fraction=0.046, pad=0.02)
     name = "last layer" if layer == -1 else f"layer {layer}"
-    axes[1].set_title(f"attention of the {name} (mean over heads)\nrows: query atom, columns: key atom", fontsize=9)
-    axes[1].set_xlabel("key atom")
-    axes[1].set_ylabel("query atom")
+    tokens = getattr(datamodule, "tokens", "atoms")
+    unit = tokens[:-1]  # atom | bond
+    axes[1].set_title(f"attention of the {name} (mean over heads)\nrows: query {unit}, columns: key {unit}", fontsize=9)
+    axes[1].set_xlabel(f"key {unit}")
+    axes[1].set_ylabel(f"query {unit}")
     value = model.predict_values(out["logits"])[index, 0].item()
     truth = batch["targets"][index, 0].item()
     _draw_molecule(axes[2], smiles, attn.sum(0),
-                   f"{smiles}\nattention received per atom; {names[0]}: predicted {value:.1f}, true {truth:.1f}")
+                   f"{smiles}\nattention received per {unit}; {names[0]}: predicted {value:.1f}, true {truth:.1f}",
+                   tokens=tokens)
     path = Path(out_dir) / "test_properties.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)

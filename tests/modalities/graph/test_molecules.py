@@ -312,3 +312,62 @@ def test_train_fraction_keeps_a_seeded_share_of_the_training_molecules_only(tmp_
     assert setup(seed=2, train_fraction=0.25)[1]["train"] != parts["train"]
     with pytest.raises(ValueError, match=r"train_fraction=1.5 must be a number in \(0, 1\]"):
         MoleculeDataModule(source="csv", path=str(path), target_columns=["y"], train_fraction=1.5)
+
+
+def test_bond_graph_tokens_are_bonds_joined_at_shared_atoms():
+    """tokens=bonds (the line graph): isopropanol's three bonds all meet at the central carbon, so every
+    ordered pair of them is an edge whose features are that carbon's; a bond token is the sum of its two
+    atoms' features and its bond features; methane's lone atom and a salt's two ions are tokens of their own."""
+    g = smiles_to_graph("CC(C)O")  # atoms 0 C, 1 C (central), 2 C, 3 O; bonds 0-1, 1-2, 1-3
+    b = mol_mod.bond_graph(g)
+    x = g["x"]
+    assert b["x"].shape == (3, ATOM_FEATURES + BOND_FEATURES)
+    for token, (i, j) in enumerate([(0, 1), (1, 2), (1, 3)]):
+        assert torch.equal(b["x"][token, :ATOM_FEATURES], x[i] + x[j])
+        assert b["x"][token, ATOM_FEATURES:].tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # single, not conjugated, no ring
+    pairs = sorted(zip(*b["edge_index"].tolist()))
+    assert pairs == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    assert all(torch.equal(row, x[1]) for row in b["edge_attr"])  # the shared atom: the central carbon
+
+    ring = mol_mod.bond_graph(smiles_to_graph("c1ccccc1"))  # 6 bonds in a cycle: each meets two others
+    assert ring["x"].shape[0] == 6 and ring["edge_index"].shape[1] == 12
+    assert ring["x"][:, ATOM_FEATURES + 3].tolist() == [1.0] * 6  # aromatic bonds
+
+    for smiles, lone in (("C", 1), ("[Na+].[Cl-]", 2)):
+        g = smiles_to_graph(smiles)
+        b = mol_mod.bond_graph(g)
+        assert b["x"].shape[0] == lone and b["edge_index"].shape == (2, 0) and b["edge_attr"].shape == (0, ATOM_FEATURES)
+        assert torch.equal(b["x"][:, :ATOM_FEATURES], 2 * g["x"]) and not b["x"][:, ATOM_FEATURES:].any()
+
+    with pytest.raises(ValueError, match="both directions of every bond as consecutive edges"):
+        mol_mod.bond_graph({**g, "x": torch.zeros(3, 4), "edge_index": torch.tensor([[0, 1], [1, 2]]),
+                            "edge_attr": torch.zeros(2, BOND_FEATURES)})
+
+
+def test_bond_tokens_reach_the_spec_the_cache_and_the_predict_input(tmp_path):
+    """data.tokens=bonds: the spec's widths are a bond token's and a shared atom's, the cache keeps the two
+    token kinds apart, predict input gets the same bond graphs, random-walk encodings are the bond graph's;
+    an unknown kind or masked-atom pretraining on bonds stops with the value."""
+    from seqattn.modalities.graph.molecule_data import SmilesDataModule
+
+    path = _write_csv(tmp_path)
+    atoms = _dm(path, tmp_path, skip_invalid=True, cache=True, positional="random_walk", pe_dim=4)  # same but tokens
+    bonds = _dm(path, tmp_path, skip_invalid=True, cache=True, tokens="bonds", positional="random_walk", pe_dim=4)
+    atoms.setup()
+    bonds.setup()
+    assert bonds.spec().get("sizes.node_features") == ATOM_FEATURES + BOND_FEATURES
+    assert bonds.spec().get("sizes.edge_features") == ATOM_FEATURES
+    assert atoms.spec().get("sizes.node_features") == ATOM_FEATURES
+    assert len(list((tmp_path / "cache" / "molecules").glob("*.pt"))) == 2
+    by_id = {g["ids"]: g for part in bonds.datasets.values() for g in part.graphs}
+    ethanol = by_id["ethanol"]  # C-C and C-O: two bonds that share the middle carbon
+    assert ethanol["x"].shape == (2, ATOM_FEATURES + BOND_FEATURES) and ethanol["edge_index"].tolist() == [[0, 1], [1, 0]]
+    torch.testing.assert_close(ethanol["pe"], graph_positional_encoding("random_walk", ethanol["edge_index"], 2, 4))
+    source = tmp_path / "p.smi"
+    source.write_text("CCO ethanol\nc1ccccc1 benzene\n")
+    batch = next(iter(bonds.predict_loader(source, batch_size=2)))
+    assert batch["x"].shape == (2, 6, ATOM_FEATURES + BOND_FEATURES) and batch["mask"].sum(1).tolist() == [2, 6]
+    with pytest.raises(ValueError, match="tokens='edges' is not one of"):
+        _dm(path, tmp_path, tokens="edges")
+    with pytest.raises(ValueError, match="masked-atom pretraining .* needs tokens=atoms, got tokens='bonds'"):
+        SmilesDataModule(source="csv", path=str(path), tokens="bonds")
