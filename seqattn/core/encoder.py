@@ -385,7 +385,6 @@ class Encoder(nn.Module):
             if self.last_plan is not None:  # the log line says the padding is skipped
                 self.last_plan["summary"] += (f", packed: {tokens.numel()} real tokens of {b}×{length} "
                                               "padded (the padding skipped)")
-                self.last_plan["packed_tokens"] = tokens.numel()
             x = x.reshape(b * length, width).index_select(0, tokens).unsqueeze(0)  # [1, T, D]
         weights = []
         x0 = x  # [B, L, D] (packed: [1, T, D]), what the initial residual mixes back

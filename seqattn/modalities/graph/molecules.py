@@ -147,7 +147,7 @@ def bond_graph(g: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     them. Input ``x [n, F]``, ``edge_index [2, 2m]`` (both directions of each bond, consecutive),
     ``edge_attr [2m, G]``; output ``x [m + isolated, F + G]``, ``edge_index [2, e]``, ``edge_attr [e, F]``."""
     x, edge_index, edge_attr = g["x"], g["edge_index"], g["edge_attr"]
-    n, bonds = x.shape[0], edge_index.shape[1] // 2
+    n = x.shape[0]
     u, v = edge_index[0, 0::2], edge_index[1, 0::2]  # [m]: one direction per bond
     if not torch.equal(edge_index[:, 1::2], torch.stack([v, u])):
         raise ValueError("bond_graph expects both directions of every bond as consecutive edges (mol_to_graph's "

@@ -41,8 +41,8 @@ def _draw_molecule(ax, smiles: str, weights: np.ndarray, title: str, tokens: str
     bonds = list(mol.GetBonds())
     norm = mcolors.Normalize(float(weights.min()), float(weights.max()) + 1e-12)
     cmap = plt.get_cmap("viridis")
-    atom_weights = weights if tokens == "atoms" else None
-    if tokens == "bonds":  # the atoms without bonds follow the bonds, in atom order
+    atom_weights = weights  # [n]; bond tokens: NaN (grey) except the atoms without bonds, which follow the bonds
+    if tokens == "bonds":
         lone = [a.GetIdx() for a in mol.GetAtoms() if a.GetDegree() == 0]
         atom_weights = np.full(len(pos), np.nan)
         atom_weights[lone] = weights[len(bonds): len(bonds) + len(lone)]
