@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from seqattn.cli import process_seconds
 from seqattn.configs import CONFIG_DIR  # also seqattn.run.CONFIG_DIR for callers
 from seqattn.model.build import locate
+from seqattn.core.dropout import set_fast_dropout
 from seqattn.training import log_fast_path
 from seqattn.training.callbacks import LastCheckpoint, QuietModelSummary
 from seqattn.training.compile import compile_encoder, parse_compile
@@ -291,6 +292,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Lightning's and PyTorch's messages a user cannot act on (seqattn.training.quiet)
     quiet_known_noise(resuming=bool(cfg.get("resume")))
     torch.set_float32_matmul_precision(cfg.matmul_precision)
+    set_fast_dropout(cfg.get("fast_dropout", True))
     parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
     parse_compile(cfg.get("compile"))
     load = LoadProbe()  # other processes' CPU load while the data is read (cpu_threads=auto)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from seqattn.bench import SUITES
+from seqattn.bench import SUITES, main
 from seqattn.bench.core import IMPLS, format_core_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,3 +150,15 @@ def test_structure_cells_come_from_the_core_and_the_modality_folders(monkeypatch
     monkeypatch.setitem(structure_cells.STRUCTURE_CELLS, "broken", broken)
     with pytest.raises(ValueError, match=r"cell 'broken' lacks \['targets'\]"):
         structure.cells()
+
+
+def test_dropout_suite_tiny(tmp_path):
+    """``bench dropout``: every cell measured on both sides, the table written where asked."""
+    out = tmp_path / "dropout.md"
+    assert main(["dropout", "--repeats", "10", "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and "ms" not in line]
+    assert len(rows) == 5  # four dropout shapes and the encoder step
+    for row in rows:
+        torch_ms, ours_ms, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])
+        assert float(torch_ms) > 0 and float(ours_ms) > 0
+        assert float(ratio.rstrip("×")) == pytest.approx(float(torch_ms) / float(ours_ms), rel=0.02)

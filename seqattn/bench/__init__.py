@@ -15,6 +15,8 @@ found at run time (a module or sub-package without both is a helper, e.g. ``meas
   wall time and test metrics, variants (precision switches, another revision) interleaved side by side.
 - ``threads`` (:mod:`seqattn.bench.threads`): every recipe's whole command at 1 and 2 threads, alone
   and beside a busy process the cell starts, and what ``cpu_threads=auto`` picks;
+- ``dropout`` (:mod:`seqattn.bench.dropout`): torch's CPU dropout masks vs :mod:`seqattn.core.dropout`'s,
+  per call and in a whole encoder training step;
 - ``overhead`` (:mod:`seqattn.bench.overhead`): every recipe's Lightning loop against a bare PyTorch
   loop on the same network and batches (the framework's cost per step, the progress bar's).
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from seqattn.core.dropout import Dropout
 from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
@@ -35,7 +36,7 @@ class FeedForward(nn.Sequential):
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; expected one of {tuple(ACTIVATIONS)}")
         hidden = int(dim * mult)
-        super().__init__(nn.Linear(dim, hidden), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(hidden, dim))
+        super().__init__(nn.Linear(dim, hidden), ACTIVATIONS[activation](), Dropout(dropout), nn.Linear(hidden, dim))
 
 
 class ConvModule(nn.Module):
@@ -90,14 +91,14 @@ class EncoderLayer(nn.Module):
         self.norm_first = norm_first
         self.conv = ConvModule(dim, conv_kernel) if conv_kernel else None
         self.norm_conv = nn.LayerNorm(dim) if conv_kernel else None
-        self.drop_conv = nn.Dropout(dropout) if conv_kernel else None
+        self.drop_conv = Dropout(dropout) if conv_kernel else None
         self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel,
                                        edge_dim=edge_dim, scale=attn_scale)
         self.ff = FeedForward(dim, ff_mult, dropout, activation)
         self.norm1 = nn.LayerNorm(dim)
         self.norm2 = nn.LayerNorm(dim)
-        self.drop1 = nn.Dropout(dropout)
-        self.drop2 = nn.Dropout(dropout)
+        self.drop1 = Dropout(dropout)
+        self.drop2 = Dropout(dropout)
 
     def forward(self, x, mask=None, attn_mask=None, need_weights=False, conv_mask=None, **attn_kwargs):
         """``x [B, L, D]``, masks as in ``MultiHeadAttention`` -> ``[B, L, D]`` (and weights);

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqattn.core.dropout import Dropout
 from seqattn.core.tokens import Tokens
 
 
@@ -28,8 +29,8 @@ class _Residual(nn.Module):
     def __init__(self, dim: int, ff_mult: float, dropout: float) -> None:
         super().__init__()
         hidden = int(dim * ff_mult)
-        self.block = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
-                                   nn.Linear(hidden, dim), nn.Dropout(dropout))
+        self.block = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), Dropout(dropout),
+                                   nn.Linear(hidden, dim), Dropout(dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.block(x)
@@ -110,7 +111,7 @@ class ConvEncoder(nn.Module):
         self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
         self.convs = nn.ModuleList(
             nn.Sequential(nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2), nn.GELU(),
-                          nn.Conv2d(dim, dim, 1), nn.Dropout(dropout))
+                          nn.Conv2d(dim, dim, 1), Dropout(dropout))
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim)
@@ -160,7 +161,7 @@ class BiLSTM(nn.Module):
         self.lstm = nn.LSTM(dim, hidden, num_layers=depth, batch_first=True, bidirectional=True,
                             dropout=dropout if depth > 1 else 0.0)
         self.proj = nn.Linear(2 * hidden, dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, x, mask=None, attn_mask=None, edge_index=None, return_attention=False):
@@ -229,7 +230,7 @@ class SpectrogramCNN(nn.Module):
                                    for i, o, d in zip(ins, channels, dilations))
         self.norms = nn.ModuleList(nn.LayerNorm(o) for o in channels)
         self.pool = nn.AdaptiveAvgPool2d((None, freq_out))
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.proj = nn.Linear(channels[-1] * freq_out, dim)
         self.norm = nn.LayerNorm(dim)
 

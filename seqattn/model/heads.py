@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from seqattn.core.dropout import Dropout
 from seqattn.model.protocols import HeadBase
 
 POOLINGS = ("mean", "max", "attention", "cls", "sum", "mha", "gru")
@@ -31,8 +32,8 @@ def _mlp(dim: int, num_outputs: int, hidden: int | None, dropout: float) -> nn.M
     if num_outputs is None or int(num_outputs) <= 0:
         raise ValueError(f"num_outputs must be a positive int (number of classes/targets), got {num_outputs!r}")
     if not hidden:
-        return nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_outputs))
-    return nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
+        return nn.Sequential(Dropout(dropout), nn.Linear(dim, num_outputs))
+    return nn.Sequential(Dropout(dropout), nn.Linear(dim, hidden), nn.GELU(), Dropout(dropout),
                          nn.Linear(hidden, num_outputs))
 
 

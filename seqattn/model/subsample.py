@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqattn.core.dropout import Dropout
 from seqattn.core.tokens import Tokens
 
 MODES = ("stack", "conv")
@@ -54,7 +55,7 @@ class TimeSubsampling(nn.Module):
             self.proj = nn.Linear(factor * dim, dim)
         else:
             self.proj = nn.Conv1d(dim, dim, kernel_size=2 * factor - 1, stride=factor, padding=factor - 1)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         """Real frames ``[B]`` -> real output tokens ``[B]``: ``ceil(lengths / k)``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from seqattn.core.dropout import Dropout
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
 from seqattn.core.masks import lengths_to_mask
@@ -41,7 +42,7 @@ class AudioAdapter(AdapterBase):
             raise ValueError(f"dim must be positive, got {dim}")
         self.features = AudioFeatures(sample_rate, win_ms, hop_ms, features, n_mels, n_mfcc, normalize, f_min, f_max)
         self.proj = nn.Linear(self.features.feature_dim, dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def export_description(self) -> dict:
         """The waveform the exported model takes; the features are computed inside it."""

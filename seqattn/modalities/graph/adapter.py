@@ -42,6 +42,7 @@ import warnings
 import torch
 from torch import nn
 
+from seqattn.core.dropout import Dropout, dropout
 from seqattn.core.graph_cost import GRAPH_PATHS
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets, replace_rows
@@ -183,13 +184,13 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
     if nonzero is not None:
         values = flat[nonzero[:, 0], nonzero[:, 1]]  # [nnz]
         if feature_dropout:
-            values = nn.functional.dropout(values, feature_dropout, training=True)
+            values = dropout(values, feature_dropout)
         sparse = torch.sparse_coo_tensor(nonzero.t(), values, (b * n, f), is_coalesced=True,
                                          check_invariants=False)
         parts = torch.sparse.mm(sparse, weight)  # [B·N, (k+1)·D]
     else:
         if feature_dropout:
-            flat = nn.functional.dropout(flat, feature_dropout, training=True)
+            flat = dropout(flat, feature_dropout)
         parts = flat @ weight  # [B·N, (k+1)·D]
     if node_dropout:  # (s ⊙ x) W = s ⊙ (x W): a row scale commutes with the projection
         keep = torch.rand(b * n, 1, device=parts.device) >= node_dropout  # [B·N, 1]
@@ -336,8 +337,8 @@ class GraphAdapter(AdapterBase):
         self.edge_channels = int(edge_channels)
         # [bond features of the edge (0 for k-hop pairs and self-loops), one-hot hop distance] -> C
         self.edge_embed = nn.Linear(edge_features + hops + 1, edge_channels) if edge_channels else None
-        self.dropout = nn.Dropout(dropout)
-        self.feature_dropout = nn.Dropout(feature_dropout)
+        self.dropout = Dropout(dropout)
+        self.feature_dropout = Dropout(feature_dropout)
         inputs = ["x", "mask", "edge_index"]
         if edge_features:
             inputs.append("edge_attr")

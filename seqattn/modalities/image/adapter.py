@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqattn.core.dropout import Dropout
 from seqattn.core.positional import sinusoidal_table
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
@@ -144,7 +145,7 @@ class ImageAdapter(AdapterBase):
                                  f"got grid={grid!r}")
             self.grid = (int(grid[0]), int(grid[1]))
             self.pos_table = nn.Parameter(torch.randn(dim, *self.grid) * 0.02)  # [D, h, w]
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     # -------------------------------------------------------------------------------------------
     def _positions(self, h: int, w: int, x: torch.Tensor) -> torch.Tensor | None:

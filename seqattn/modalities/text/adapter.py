@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqattn.core.dropout import Dropout
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets, VocabTable
 from seqattn.modalities.text.chars import CharEncoder
@@ -135,7 +136,7 @@ class TextAdapter(AdapterBase):
                     self.table.weight.copy_(weight)
             self.table.weight.requires_grad_(not freeze)
             self.proj = nn.Linear(e + extra, dim) if e + extra != dim else nn.Identity()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def _pretrained(self, path: str, embedding_dim: int | None) -> tuple[torch.Tensor | None, int]:
         file = Path(path).expanduser()

@@ -503,6 +503,7 @@ def test_node_dropout_drops_whole_nodes_before_the_propagation_in_training_only(
 def test_feature_dropout_drops_raw_node_features_in_training_only():
     """``adapter.feature_dropout=p``: in training, each raw feature is zeroed (the rest scaled by 1/(1-p))
     before the projection, so the tokens equal the projection of the dropped features; in eval, none."""
+    from seqattn.core.dropout import dropout
     from seqattn.modalities.graph.adapter import GraphAdapter
 
     torch.manual_seed(0)
@@ -518,7 +519,7 @@ def test_feature_dropout_drops_raw_node_features_in_training_only():
     torch.manual_seed(1)
     got = adapter(x, mask, edge_index).x
     torch.manual_seed(1)
-    dropped = torch.nn.functional.dropout(x, 0.5, training=True)  # the same draw: what the projection read
+    dropped = dropout(x, 0.5)  # the same draw: what the projection read
     zero = dropped == 0
     assert 0 < zero.sum() < zero.numel()
     torch.testing.assert_close(dropped[~zero], x[~zero] * 2.0)

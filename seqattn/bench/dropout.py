@@ -1,0 +1,97 @@
+"""Dropout masks on CPU: torch's ``F.dropout`` (``bernoulli_``) vs :mod:`seqattn.core.dropout`.
+
+``python -m seqattn.bench dropout [--threads 1] [--repeats 200] [--out F.md]``: forward + backward of
+dropout alone at the shapes the recipes' layers have, and one whole training step of the tagging encoder
+(width 96, 3 layers, the convolution module, dropout 0.3, batch 32 × 24 words) with the fast masks on and
+off. The two sides alternate within every round; the table gives the median per call and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from seqattn.core import dropout as fast
+
+SHAPES = ((32, 24, 96), (32, 24, 192), (2708, 64), (2708, 1433))  # text layers, their FFN, Cora's layer, its input
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (the recipes' default on CPU: 1)")
+    parser.add_argument("--repeats", type=int, default=200, help="calls per shape and side (steps: a tenth)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
+
+
+def _time(fn, repeats: int) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _side_by_side(make, repeats: int, rounds: int = 5) -> tuple[float, float]:
+    """(torch, fast) median seconds of ``make()()`` with the fast masks off and on, alternating by round."""
+    out = {False: [], True: []}
+    for _ in range(rounds):
+        for enabled in (False, True):
+            fast.set_fast_dropout(enabled)
+            fn = make()
+            fn()  # warm-up
+            out[enabled].append(_time(fn, max(1, repeats // rounds)))
+    fast.set_fast_dropout(True)
+    return statistics.median(out[False]), statistics.median(out[True])
+
+
+def _dropout_call(shape):
+    x = torch.randn(shape, requires_grad=True)
+    grad = torch.randn(shape)
+
+    def step():
+        fast.dropout(x, 0.3).backward(grad)
+    return lambda: step
+
+
+def _encoder_step():
+    from seqattn.core import Encoder
+    torch.manual_seed(0)
+    encoder = Encoder(96, 3, 4, ff_mult=2, dropout=0.3, positional="rotary", conv_kernel=3)
+    head = torch.nn.Linear(96, 17)
+    optimizer = torch.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=1e-3)
+    lengths = torch.randint(12, 25, (32,))
+    lengths[0] = 24
+    mask = torch.arange(24)[None] < lengths[:, None]  # [32, 24]
+    x, y = torch.randn(32, 24, 96), torch.randint(0, 17, (32 * 24,))
+
+    def step():
+        loss = F.cross_entropy(head(encoder(x, mask=mask)).reshape(-1, 17), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return lambda: step
+
+
+def run(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    rows = []
+    for shape in SHAPES:
+        slow, quick = _side_by_side(lambda s=shape: _dropout_call(s)(), args.repeats)
+        rows.append((f"dropout p=0.3, forward + backward, {'×'.join(map(str, shape))}", slow, quick))
+    slow, quick = _side_by_side(lambda: _encoder_step()(), max(10, args.repeats // 10))
+    rows.append(("tagging encoder training step (96 wide, 3 layers, conv 3, 32×24 words)", slow, quick))
+    lines = [f"`python -m seqattn.bench dropout --threads {args.threads} --repeats {args.repeats}` "
+             f"(torch {torch.__version__}, {args.threads} thread(s); medians, the sides alternating)", "",
+             "| cell | torch F.dropout ms | seqattn dropout ms | torch / seqattn |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f}× |" for name, a, b in rows]
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0

@@ -1,0 +1,121 @@
+"""seqattn.core.dropout: the cheap CPU masks are dropout (rate, scale, independence, gradient, seeding),
+and torch's F.dropout when switched off."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seqattn.core import Encoder
+from seqattn.core import dropout as fast
+from seqattn.core.dropout import Dropout, dropout, keep_mask, set_fast_dropout
+
+N = 1 << 20  # elements per statistical check: a rate's standard error is ~5e-4
+
+
+@pytest.fixture(autouse=True)
+def _enabled():
+    set_fast_dropout(True)
+    yield
+    set_fast_dropout(True)
+
+
+def _within(observed: float, expected: float, n: int) -> bool:
+    """``observed`` is a frequency of ``n`` draws within 5 standard errors of ``expected``."""
+    return abs(observed - expected) <= 5 * math.sqrt(expected * (1 - expected) / n)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
+def test_keep_rate_and_every_slot_of_a_draw(p):
+    torch.manual_seed(0)
+    keep, scale = keep_mask((N,), p)
+    assert keep.dtype == torch.bool and keep.shape == (N,)
+    assert _within(keep.float().mean().item(), 1 - p, N)
+    # the four 15-bit slots of each 63-bit draw (the top one has one bit fewer) each keep at 1 - p
+    for slot in range(4):
+        assert _within(keep[slot::4].float().mean().item(), 1 - p, N // 4), slot
+    assert scale == pytest.approx(1 / (1 - p), rel=1e-4)
+
+
+def test_neighbours_are_independent():
+    torch.manual_seed(1)
+    p = 0.3
+    keep = keep_mask((N,), p)[0].float()
+    both = (keep[:-1] * keep[1:]).mean().item()  # neighbours in one draw and across draws
+    assert _within(both, (1 - p) ** 2, N)
+    every_fourth = (keep[:-4] * keep[4:]).mean().item()  # the same slot of consecutive draws
+    assert _within(every_fourth, (1 - p) ** 2, N)
+
+
+def test_kept_values_are_scaled_dropped_are_zero_and_the_mean_is_kept():
+    torch.manual_seed(2)
+    p = 0.3
+    x = torch.rand(N) + 0.5  # no zeros of its own
+    out = dropout(x, p)
+    kept = out != 0
+    scale = 32768 / (32768 - round(p * 32768))
+    torch.testing.assert_close(out[kept], x[kept] * scale)
+    assert _within(kept.float().mean().item(), 1 - p, N)
+    ones = dropout(torch.ones(N), p)
+    assert abs(ones.mean().item() - 1.0) < 5 * math.sqrt(p / (1 - p) / N)  # E[out] = x
+
+
+def test_gradient_is_the_mask_times_the_scale():
+    torch.manual_seed(3)
+    x = (torch.rand(64, 33) + 0.5).requires_grad_()
+    out = dropout(x, 0.4)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    factor = (out / x).detach()  # 0 or the scale, per element
+    torch.testing.assert_close(x.grad, grad * factor)
+    kept = factor != 0
+    assert 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(factor[kept], torch.full_like(factor[kept], 32768 / (32768 - round(0.4 * 32768))))
+
+
+def test_seeded_like_torch_and_shapes_kept():
+    x = torch.randn(3, 5, 7)
+    torch.manual_seed(4)
+    a = dropout(x, 0.5)
+    torch.manual_seed(4)
+    b = dropout(x, 0.5)
+    torch.manual_seed(5)
+    c = dropout(x, 0.5)
+    assert a.shape == x.shape
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_identity_in_eval_and_at_zero_zeros_at_one_and_bad_p():
+    x = torch.randn(4, 6)
+    assert dropout(x, 0.5, training=False) is x
+    assert dropout(x, 0.0) is x
+    assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+    with pytest.raises(ValueError, match=r"\[0, 1\], got 1.5"):
+        dropout(x, 1.5)
+    module = Dropout(0.5).eval()
+    assert torch.equal(module(x), x)
+
+
+def test_switched_off_is_torch_dropout_exactly():
+    x = torch.randn(32, 17)
+    set_fast_dropout(False)
+    torch.manual_seed(6)
+    ours = Dropout(0.3)(x)
+    torch.manual_seed(6)
+    assert torch.equal(ours, F.dropout(x, 0.3, training=True))
+    assert fast.ENABLED is False
+    with pytest.raises(ValueError, match="fast_dropout must be true or false.*'yes'"):
+        set_fast_dropout("yes")
+
+
+def test_the_encoder_uses_it():
+    torch.manual_seed(7)
+    encoder = Encoder(16, 2, 2, dropout=0.5)
+    modules = [m for m in encoder.modules() if isinstance(m, torch.nn.Dropout)]
+    assert modules and all(isinstance(m, Dropout) for m in modules)
+    x = torch.randn(2, 5, 16)
+    encoder.train()
+    assert not torch.equal(encoder(x), encoder(x))  # dropout draws
+    encoder.eval()
+    assert torch.equal(encoder(x), encoder(x))
