@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from seqattn.core.dropout import dropout
 from seqattn.core.checks import debug_checks
 from seqattn.core.masks import dead_rows, revive_dead_rows
 
@@ -70,7 +71,7 @@ def math_attention(
     weights = torch.softmax(scores, dim=-1)  # [B, H, L, S]
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    dropped = dropout(weights, dropout_p) if dropout_p > 0 else weights
     out = torch.matmul(dropped, v)  # [B, H, L, E]
     if edge_value is not None:
         out = out + torch.einsum("bhls,bhlse->bhle", dropped, edge_value.to(dropped.dtype))  # Σ_s a_ls ev_ls
@@ -213,7 +214,7 @@ def edge_attention(
         values = vn.index_select(0, src)  # [E, H, E_v]
         if edge_value is not None:
             values = values + edge_value.to(values.dtype)
-        dropped = F.dropout(alpha, p=dropout_p) if dropout_p > 0 else alpha
+        dropped = dropout(alpha, dropout_p) if dropout_p > 0 else alpha
         msg = values * dropped.unsqueeze(-1)  # [E, H, E_v]
         out = torch.zeros((n, h, v.shape[-1]), dtype=msg.dtype, device=v.device).index_add(0, dst, msg)
     else:  # O(E·H) saved for backward: the gathered [E, H, D] rows are recomputed in chunks

@@ -119,3 +119,16 @@ def test_the_encoder_uses_it():
     assert not torch.equal(encoder(x), encoder(x))  # dropout draws
     encoder.eval()
     assert torch.equal(encoder(x), encoder(x))
+
+
+def test_attention_weight_dropout_uses_it():
+    """The math kernel drops attention weights with the cheap masks: the same draw as ``dropout`` on the
+    softmax weights."""
+    from seqattn.core.kernels import math_attention
+
+    q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)  # [B=2, H=2, L=5, D=4] each
+    torch.manual_seed(8)
+    out, _ = math_attention(q, k, v, None, 0.5)
+    weights = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1)  # scale 1/sqrt(4)
+    torch.manual_seed(8)
+    torch.testing.assert_close(out, dropout(weights, 0.5) @ v)
