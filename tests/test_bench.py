@@ -162,3 +162,15 @@ def test_dropout_suite_tiny(tmp_path):
         torch_ms, ours_ms, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])
         assert float(torch_ms) > 0 and float(ours_ms) > 0
         assert float(ratio.rstrip("×")) == pytest.approx(float(torch_ms) / float(ours_ms), rel=0.02)
+
+
+def test_recipes_step_variants_take_precision_and_dropout_switches_only():
+    from seqattn.bench.recipes import _step_setting
+
+    assert _step_setting([]) == ("highest", False, True)
+    assert _step_setting(["matmul_precision=medium", "fast_dropout=false"]) == ("medium", False, False)
+    assert _step_setting(["trainer.precision=bf16-mixed"]) == ("highest", True, True)
+    with pytest.raises(SystemExit, match="fast_dropout must be true or false, got 'no'"):
+        _step_setting(["fast_dropout=no"])
+    with pytest.raises(SystemExit, match="these switches only.*model.depth=2"):
+        _step_setting(["model.depth=2"])

@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=0,
                         help="instead of whole runs: N training steps (forward, backward, optimizer) of each "
                              "recipe's network on its first training batches, CPU time per step, variants "
-                             "interleaved in one process (precision variants only)")
+                             "interleaved in one process (precision and fast_dropout variants only)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for --steps")
     parser.add_argument("--out", metavar="FILE.md")
     parser.add_argument("--json", metavar="FILE")
@@ -124,21 +124,25 @@ def format_table(results: list[dict[str, Any]], variants: list[str]) -> str:
     return "\n".join(lines)
 
 
-STEP_VARIANT_KEYS = ("matmul_precision", "trainer.precision")
+STEP_VARIANT_KEYS = ("matmul_precision", "trainer.precision", "fast_dropout")
 
 
-def _step_setting(overrides: list[str]) -> tuple[str, bool]:
-    """(matmul precision, bf16 autocast) of a variant's overrides; anything else is refused."""
-    precision, autocast = "highest", False
+def _step_setting(overrides: list[str]) -> tuple[str, bool, bool]:
+    """(matmul precision, bf16 autocast, fast dropout masks) of a variant's overrides; anything else is refused."""
+    precision, autocast, fast_dropout = "highest", False, True
     for o in overrides:
         key, _, value = o.partition("=")
         if key == "matmul_precision":
             precision = value
         elif key == "trainer.precision":
             autocast = value.startswith("bf16")
+        elif key == "fast_dropout":
+            if value not in ("true", "false"):
+                raise SystemExit(f"fast_dropout must be true or false, got {value!r}")
+            fast_dropout = value == "true"
         else:
-            raise SystemExit(f"--steps measures precision variants only ({', '.join(STEP_VARIANT_KEYS)}), got {o!r}")
-    return precision, autocast
+            raise SystemExit(f"--steps measures these switches only ({', '.join(STEP_VARIANT_KEYS)}), got {o!r}")
+    return precision, autocast, fast_dropout
 
 
 def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tuple[str, list[str]]]
@@ -148,6 +152,7 @@ def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tup
     from hydra.utils import instantiate
     from omegaconf import open_dict
 
+    from seqattn.core.dropout import set_fast_dropout
     from seqattn.run import build_objective
 
     if args.threads:
@@ -169,8 +174,9 @@ def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tup
         settings = {name: _step_setting(ov) for name, ov in variants}
 
         def step(name: str, batch) -> None:
-            precision, autocast = settings[name]
+            precision, autocast, fast_dropout = settings[name]
             torch.set_float32_matmul_precision(precision)
+            set_fast_dropout(fast_dropout)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 loss = model.training_step(batch, 0)
             loss.backward()
@@ -187,6 +193,7 @@ def measure_steps(args: argparse.Namespace, tasks: list[str], variants: list[tup
                 step(name, batch)
                 times[name].append(time.process_time() - start)
         torch.set_float32_matmul_precision("highest")
+        set_fast_dropout(True)
         for name, _ in variants:
             results.append({"task": task, "variant": name, "status": "ok", "step_ms": statistics.median(times[name]) * 1e3,
                             "steps_ms": [t * 1e3 for t in times[name]], "threads": torch.get_num_threads()})
