@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from seqattn.bench.measure import measure_step
 from seqattn.core import dropout as fast
 
 SHAPES = ((32, 24, 96), (32, 24, 192), (2708, 64), (2708, 1433))  # text layers, their FFN, Cora's layer, its input
@@ -27,25 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
 
 
-def _time(fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _side_by_side(make, repeats: int, rounds: int = 5) -> tuple[float, float]:
-    """(torch, fast) median seconds of ``make()()`` with the fast masks off and on, alternating by round."""
+    """(torch, fast) median seconds of ``make()()`` (a fresh step per side and round, warmed up by its first
+    call) with the fast masks off and on, alternating by round."""
     out = {False: [], True: []}
     for _ in range(rounds):
         for enabled in (False, True):
             fast.set_fast_dropout(enabled)
-            fn = make()
-            fn()  # warm-up
-            out[enabled].append(_time(fn, max(1, repeats // rounds)))
+            out[enabled].append(measure_step(make(), repeats=max(1, repeats // rounds))["time_ms"] / 1e3)
     fast.set_fast_dropout(True)
     return statistics.median(out[False]), statistics.median(out[True])
 
@@ -56,7 +45,7 @@ def _dropout_call(shape):
 
     def step():
         fast.dropout(x, 0.3).backward(grad)
-    return lambda: step
+    return step
 
 
 def _encoder_step():
@@ -75,16 +64,16 @@ def _encoder_step():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return lambda: step
+    return step
 
 
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rows = []
     for shape in SHAPES:
-        slow, quick = _side_by_side(lambda s=shape: _dropout_call(s)(), args.repeats)
+        slow, quick = _side_by_side(lambda s=shape: _dropout_call(s), args.repeats)
         rows.append((f"dropout p=0.3, forward + backward, {'×'.join(map(str, shape))}", slow, quick))
-    slow, quick = _side_by_side(lambda: _encoder_step()(), max(10, args.repeats // 10))
+    slow, quick = _side_by_side(_encoder_step, max(10, args.repeats // 10))
     rows.append(("tagging encoder training step (96 wide, 3 layers, conv 3, 32×24 words)", slow, quick))
     lines = [f"`python -m seqattn.bench dropout --threads {args.threads} --repeats {args.repeats}` "
              f"(torch {torch.__version__}, {args.threads} thread(s); medians, the sides alternating)", "",

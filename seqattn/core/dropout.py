@@ -18,10 +18,11 @@ when :data:`ENABLED` is False (``fast_dropout=false`` on the command line) it is
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 
 #: the fast CPU masks on (``fast_dropout`` in conf/config.yaml sets it for a run)
 ENABLED = True
@@ -33,9 +34,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
     """A random keep mask ``[*shape]`` bool (each element kept with probability ``1 - t/32768``,
     ``t = round(p · 32768)``) and the scale ``32768 / (32768 - t)`` that keeps the expectation."""
-    numel = 1
-    for size in shape:
-        numel *= int(size)
+    numel = math.prod(shape)
     threshold = int(round(float(p) * _LEVELS))
     words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
     uniform = words.view(torch.int16)[:numel].bitwise_and(_LEVELS - 1)  # [numel] in [0, 32768)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqattn.core.dropout import Dropout
 from seqattn.core.attention import MultiHeadAttention
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
+from seqattn.core.dropout import Dropout
 from seqattn.core.graph_cost import DENSE_MIN_FILL
 from seqattn.core.plan import PlanOptions, Structure, pack_edge_plan, plan_structure
 from seqattn.core.positional import RelativePositionBias, build_positional

@@ -28,8 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from seqattn.core.dropout import dropout
 from seqattn.core.checks import debug_checks
+from seqattn.core.dropout import dropout
 from seqattn.core.masks import dead_rows, revive_dead_rows
 
 KERNELS = ("math", "sdpa", "linear", "edge")
