@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,6 +21,7 @@ from seqattn.model.protocols import VocabTable
 
 CHAR_PAD, CHAR_UNK, BOW, EOW = "<pad>", "<unk>", "<w>", "</w>"
 CHAR_SPECIALS = (CHAR_PAD, CHAR_UNK, BOW, EOW)
+CACHE_WORDS = 200_000  # distinct words whose character ids CharEncoder.encode keeps (then it starts again)
 
 
 def build_char_vocabulary(words: Iterable[str]) -> list[str]:
@@ -51,6 +53,7 @@ class CharEncoder(nn.Module):
         self.chars = chars
         self.index = {c: i for i, c in enumerate(chars)}
         self.dim, self.max_chars = dim, max_chars
+        self._ids: dict[str, np.ndarray] = {}  # word -> its ids with the markers, cut at max_chars (encode's cache)
         self.embedding = nn.Embedding(len(chars), embedding_dim, padding_idx=0)
         self.conv = nn.Conv1d(embedding_dim, dim, kernel_size, padding=kernel_size // 2)
 
@@ -60,16 +63,33 @@ class CharEncoder(nn.Module):
                                                unit="characters", width_option="adapter.char_embedding_dim")}
 
     def encode(self, words: Sequence[Sequence[str]], device: torch.device | None = None) -> torch.Tensor:
-        """Sentences of words -> ``char_ids [B, L, W]`` long (0 = padding), ``W <= max_chars``."""
+        """Sentences of words -> ``char_ids [B, L, W]`` long (0 = padding), ``W <= max_chars``.
+
+        A word's ids are computed once and kept (up to ``CACHE_WORDS`` distinct words): every training step
+        encodes its batch's words, and writing them word by word into a tensor cost ~8 ms of a ~110 ms step on a
+        real treebank (64 sentences).
+        """
         length = max((len(s) for s in words), default=0)
         width = min(self.max_chars, max((len(w) + 2 for s in words for w in s), default=3))
-        out = torch.zeros(len(words), length, width, dtype=torch.long)
-        unk, bow, eow = self.index[CHAR_UNK], self.index[BOW], self.index[EOW]
+        out = np.zeros((len(words), length, width), dtype=np.int64)
+        cache = self._ids
         for i, sentence in enumerate(words):
+            row = out[i]
             for j, word in enumerate(sentence):
-                ids = [bow] + [self.index.get(c, unk) for c in word[: width - 2]] + [eow]
-                out[i, j, : len(ids)] = torch.tensor(ids)
-        return out.to(device)
+                ids = cache.get(word)
+                if ids is None:
+                    if len(cache) >= CACHE_WORDS:
+                        cache.clear()
+                    ids = cache[word] = self._word_ids(word)
+                # ids are longer than width only when width == max_chars, which cuts them: they fit
+                row[j, : len(ids)] = ids
+        return torch.from_numpy(out).to(device)
+
+    def _word_ids(self, word: str) -> np.ndarray:
+        """``[n]`` the ids of ``<w>``, the first ``max_chars - 2`` characters (``<unk>`` for unknown ones), ``</w>``."""
+        unk = self.index[CHAR_UNK]
+        body = [self.index.get(c, unk) for c in word[: self.max_chars - 2]]
+        return np.array([self.index[BOW], *body, self.index[EOW]], dtype=np.int64)
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """``char_ids [B, L, W]`` -> ``[B, L, K]`` (zero for padding words)."""

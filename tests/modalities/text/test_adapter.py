@@ -196,3 +196,24 @@ def test_token_targets_are_vocabulary_ids_with_unknown_words_as_unk_and_padding_
     vector = torch.full((16,), 7.0)
     hidden = adapter.mask_tokens(tokens, hide, vector)
     assert torch.equal(hidden.x[0, 3], vector) and torch.equal(hidden.x[~hide], tokens.x[~hide])
+
+
+def test_char_ids_mark_word_edges_cut_long_words_and_stay_the_same_when_cached(monkeypatch):
+    from seqattn.modalities.text import chars as chars_module
+
+    table = build_char_vocabulary(["abc", "xyz"])  # <pad> <unk> <w> </w> a b c x y z
+    encoder = chars_module.CharEncoder(table, dim=4, max_chars=6)
+    pad, unk, bow, eow, a, b, c = 0, 1, 2, 3, 4, 5, 6
+    expected = torch.tensor([
+        [[bow, a, b, eow, pad, pad], [bow, c, unk, a, eow, pad]],          # "ab", "cQa" (Q unknown)
+        [[bow, a, b, c, a, eow], [pad] * 6],                               # "abcabc" cut to 4 characters
+    ])
+    words = [["ab", "cQa"], ["abcabc"]]
+    assert torch.equal(encoder.encode(words), expected)
+    assert torch.equal(encoder.encode(words), expected)  # the second time from the cache
+    assert torch.equal(encoder.encode([["ab"]]), expected[:1, :1, :4])  # width from the longest word: 2 + 2
+    monkeypatch.setattr(chars_module, "CACHE_WORDS", 2)  # a full cache starts again, same ids
+    encoder = chars_module.CharEncoder(table, dim=4, max_chars=6)
+    for _ in range(3):
+        assert torch.equal(encoder.encode(words), expected) and len(encoder._ids) <= 2
+    assert encoder.encode([]).shape == (0, 0, 3)
