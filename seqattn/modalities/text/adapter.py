@@ -290,8 +290,6 @@ class TextAdapter(AdapterBase):
         device = self.proj.weight.device if isinstance(self.proj, nn.Linear) else self.table.weight.device
         if words is not None:
             ids, mask = self.encode(words, device)  # [B, L], [B, L]
-            if self.chars is not None:
-                char_ids = self.chars.encode(words, device)  # [B, L, W]
         elif ids is None or mask is None:
             raise ValueError("TextAdapter needs words, or ids [B, L] with mask [B, L]")
         elif ids.dim() != 2 or mask.shape != ids.shape or mask.dtype != torch.bool:
@@ -299,7 +297,7 @@ class TextAdapter(AdapterBase):
                              f"and mask {mask.dtype} {tuple(mask.shape)}")
         if ids.shape[1] == 0:
             raise ValueError("every sentence in the batch is empty (0 words)")
-        if self.chars is not None and (char_ids is None or char_ids.shape[:2] != ids.shape):
+        if self.chars is not None and words is None and (char_ids is None or char_ids.shape[:2] != ids.shape):
             got = None if char_ids is None else tuple(char_ids.shape)
             raise ValueError(f"character features need char_ids [B, L, W] with [B, L] = {tuple(ids.shape)}, got {got}")
         looked_up = ids
@@ -311,7 +309,9 @@ class TextAdapter(AdapterBase):
         else:
             word = self.table(looked_up) * self.scale  # [B, L, E]
         if self.chars is not None:
-            word = torch.cat([word, self.chars(char_ids).to(word.dtype)], dim=-1)  # [B, L, E + K]
+            # from words: each distinct word of the batch through the character CNN once
+            chars = self.chars.forward_words(words, device) if words is not None else self.chars(char_ids)  # [B, L, K]
+            word = torch.cat([word, chars.to(word.dtype)], dim=-1)  # [B, L, E + K]
         x = self.proj(word)  # [B, L, D]
         x = self.dropout(x) * mask.unsqueeze(-1)
         positions = torch.arange(ids.shape[1], device=device).expand_as(ids)

@@ -217,3 +217,24 @@ def test_char_ids_mark_word_edges_cut_long_words_and_stay_the_same_when_cached(m
     for _ in range(3):
         assert torch.equal(encoder.encode(words), expected) and len(encoder._ids) <= 2
     assert encoder.encode([]).shape == (0, 0, 3)
+
+
+def test_character_features_of_distinct_words_equal_the_per_slot_path_with_gradients():
+    from seqattn.modalities.text.chars import CharEncoder
+
+    torch.manual_seed(0)
+    words = [["saw", "a", "saw", "Saw"], ["a", "sawing"], ["saw"]]  # repeats, case, padding slots
+    encoder = CharEncoder(build_char_vocabulary(w for s in words for w in s), dim=6)
+    char_ids, where = encoder.encode_distinct(words)
+    assert char_ids.shape[0] == 4 and where.tolist() == [[0, 1, 0, 2], [1, 3, 4, 4], [0, 4, 4, 4]]
+    weight = torch.randn(3, 4, 6)
+    per_slot = encoder(encoder.encode(words))
+    (per_slot * weight).sum().backward()
+    grads = [p.grad.clone() for p in encoder.parameters()]
+    encoder.zero_grad()
+    distinct = encoder.forward_words(words)
+    (distinct * weight).sum().backward()
+    torch.testing.assert_close(distinct, per_slot)
+    assert distinct[1, 2:].abs().sum() == 0 and distinct[2, 1:].abs().sum() == 0  # padding words: zero
+    for p, g in zip(encoder.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
