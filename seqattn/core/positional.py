@@ -108,10 +108,48 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self._cos_sin(q.shape[-2], q.device, q.dtype)  # [L, K]
-        q = q * cos + self._rotate_half(q) * sin
         cos_k, sin_k = (cos, sin) if k.shape[-2] == q.shape[-2] else self._cos_sin(k.shape[-2], k.device, k.dtype)
-        k = k * cos_k + self._rotate_half(k) * sin_k
-        return q, k
+        return rotate(q, cos, sin), rotate(k, cos_k, sin_k)
+
+
+def _rotate_into(out: torch.Tensor, x: torch.Tensor, sin: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """``out += rotate_half(x) · sin`` (or, ``transpose``, the adjoint: ``out += rotate_half(x · sin)`` with the
+    opposite sign) in place, without building ``rotate_half(x)``: ``out``, ``x [.., K]``, ``sin [L, K]``."""
+    half = x.shape[-1] // 2
+    if transpose:
+        out[..., :half].addcmul_(x[..., half:], sin[..., half:])
+        out[..., half:].addcmul_(x[..., :half], sin[..., :half], value=-1.0)
+    else:
+        out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1.0)
+        out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
+
+
+class _Rotate(torch.autograd.Function):
+    """``x · cos + rotate_half(x) · sin`` with a backward that keeps only ``cos`` and ``sin`` (the transpose
+    of a rotation is the rotation by the opposite angle): two in-place products each way instead of the
+    chunk / negate / concatenate / multiply / add chain and its saved tensors."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _rotate_into(x * cos, x, sin)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        cos, sin = ctx.saved_tensors
+        return _rotate_into(grad * cos, grad, sin, transpose=True), None, None
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position rotation ``x [.., L, K] · cos [L, K] + rotate_half(x) · sin [L, K]`` -> ``[.., L, K]``."""
+    if torch.jit.is_tracing() or torch.compiler.is_exporting():  # the plain formula: every tracer knows it
+        return x * cos + RotaryEmbedding._rotate_half(x) * sin
+    if not torch.is_grad_enabled() or not x.requires_grad and not cos.requires_grad and not sin.requires_grad:
+        return _rotate_into(x * cos, x, sin)
+    if cos.requires_grad or sin.requires_grad:  # _Rotate gives no gradient to the angles
+        return x * cos + RotaryEmbedding._rotate_half(x) * sin
+    return _Rotate.apply(x, cos, sin)
 
 
 class RelativePositionBias(nn.Module):

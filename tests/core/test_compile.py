@@ -61,7 +61,8 @@ def _compiled_matches(backend):
     torch.manual_seed(0)
     x = torch.randn(3, 40, 16)
     mask = _lengths_mask([40, 30, 12], 40)
-    for kwargs, tokens in [({}, Tokens(x, mask)), ({"window": 3}, Tokens(x, mask)), ({}, Tokens(x, causal=True))]:
+    for kwargs, tokens in [({}, Tokens(x, mask)), ({"window": 3}, Tokens(x, mask)), ({}, Tokens(x, causal=True)),
+                           ({"positional": "rotary", "conv_kernel": 3}, Tokens(x, mask))]:  # the text encoder's
         torch._dynamo.reset()  # each configuration compiles from a clean cache (no recompile limit across tests)
         enc = Encoder(16, 2, 4, dropout=0.0, **kwargs).eval()
         compiled = torch.compile(enc, backend=backend, fullgraph=True)  # fullgraph: no graph break anywhere

@@ -48,6 +48,30 @@ def test_rotary_scores_depend_only_on_the_offset():
         torch.testing.assert_close(diag, diag[:1].expand_as(diag), atol=1e-12, rtol=0)
 
 
+def test_rotary_gradient_is_the_formulas_and_every_path_agrees():
+    """The rotation's hand-written backward (``positional._Rotate``) against autograd of the plain formula, with
+    angles whose two halves differ (a swapped half of sin in the backward shows); and the no-grad path."""
+    from seqattn.core.positional import _Rotate, rotate
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    cos, sin = torch.randn(5, 8, generator=g, dtype=torch.float64), torch.randn(5, 8, generator=g, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda t: _Rotate.apply(t, cos, sin), (x,))
+    plain = x * cos + RotaryEmbedding._rotate_half(x) * sin
+    weight = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64)
+    (expected,) = torch.autograd.grad((plain * weight).sum(), x)
+    out = rotate(x, cos, sin)
+    (got,) = torch.autograd.grad((out * weight).sum(), x)
+    assert out.grad_fn is not None and type(out.grad_fn).__name__ == "_RotateBackward"
+    torch.testing.assert_close(out, plain, atol=1e-12, rtol=0)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(rotate(x, cos, sin), plain, atol=1e-12, rtol=0)
+    angles = sin.clone().requires_grad_()  # angles that learn get the plain formula (and their gradient)
+    (grad_angles,) = torch.autograd.grad((rotate(x, cos, angles) * weight).sum(), angles)
+    torch.testing.assert_close(grad_angles, (RotaryEmbedding._rotate_half(x) * weight).sum((0, 1)))
+
+
 def _relative_bias_by_hand(table: torch.Tensor, length: int, key_length: int, m: int) -> torch.Tensor:
     """``bias[h, i, j] = table[min(max(j - i, -m), m) + m, h]`` written out, ``[1, H, L, S]``."""
     heads = table.shape[1]
