@@ -143,13 +143,12 @@ class _Rotate(torch.autograd.Function):
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary position rotation ``x [.., L, K] · cos [L, K] + rotate_half(x) · sin [L, K]`` -> ``[.., L, K]``."""
-    if torch.jit.is_tracing() or torch.compiler.is_exporting():  # the plain formula: every tracer knows it
+    if torch.jit.is_tracing() or torch.compiler.is_exporting() or cos.requires_grad or sin.requires_grad:
+        # the plain formula: every tracer knows it, and _Rotate gives the angles no gradient
         return x * cos + RotaryEmbedding._rotate_half(x) * sin
-    if not torch.is_grad_enabled() or not x.requires_grad and not cos.requires_grad and not sin.requires_grad:
-        return _rotate_into(x * cos, x, sin)
-    if cos.requires_grad or sin.requires_grad:  # _Rotate gives no gradient to the angles
-        return x * cos + RotaryEmbedding._rotate_half(x) * sin
-    return _Rotate.apply(x, cos, sin)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotate.apply(x, cos, sin)
+    return _rotate_into(x * cos, x, sin)
 
 
 class RelativePositionBias(nn.Module):
