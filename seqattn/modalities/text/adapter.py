@@ -178,6 +178,9 @@ class TextAdapter(AdapterBase):
         for i, sentence in enumerate(words):
             if isinstance(sentence, str) or not isinstance(sentence, (list, tuple)):
                 raise ValueError(f"words[{i}] must be a list of str (one sentence), got {type(sentence).__name__}")
+            for j, word in enumerate(sentence):
+                if not isinstance(word, str):
+                    raise ValueError(f"words[{i}][{j}] must be a str (one word), got {type(word).__name__}: {word!r}")
             lengths.append(len(sentence))
         length = max(lengths, default=0)
         ids = torch.zeros(len(words), length, dtype=torch.long)  # [B, L]

@@ -154,6 +154,15 @@ def test_bad_arguments_are_value_errors():
         TextAdapter(16, vocab, word_dropout=1.0)
 
 
+def test_a_word_that_is_not_a_string_is_named_by_its_position():
+    adapter = TextAdapter(8, Vocabulary.build(SENTENCES).to_list(), char_dim=4,
+                          chars=build_char_vocabulary(w for s in SENTENCES for w in s))
+    with pytest.raises(ValueError, match=r"words\[1\]\[2\] must be a str \(one word\), got int: 3"):
+        adapter([["a", "saw"], ["they", "can", 3]])
+    with pytest.raises(ValueError, match=r"words\[0\]\[0\] must be a str \(one word\), got list"):
+        adapter([[["a"]]])
+
+
 def test_word_dropout_only_in_training():
     adapter = _adapter(word_dropout=0.5)
     adapter.eval()
