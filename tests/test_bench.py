@@ -93,6 +93,7 @@ def test_core_suite_structure_cells_tiny(tmp_path):
         ("graph_bias", "dense_sdpa"), ("graph_bias", "edge"), ("graph_bias", "biased"), ("graph_bias", "planned"),
         ("graph_layers", "padded"), ("graph_layers", "packed"),
         ("graph_fill", "dense"), ("graph_fill", "edge"), ("graph_fill", "planned"),
+        ("propagation", "gathered"), ("propagation", "sparse"),
         ("weights", "no_weights"), ("weights", "one_layer_weights"), ("weights", "one_layer_one_item")}
     assert all(c["status"] == "ok" and c["time_ms"] > 0 for c in cells)
     paths = {(c["cell"], c["impl"]): c.get("path") for c in cells}
@@ -102,8 +103,9 @@ def test_core_suite_structure_cells_tiny(tmp_path):
         c["backend"] for c in cells if c["impl"] == "dense_sdpa") == "math"  # the float bias with grad: math path
     assert paths[("graph_fill", "dense")] == "biased" and paths[("graph_fill", "edge")] == "edge"
     assert paths[("graph_layers", "padded")] == paths[("graph_layers", "packed")] == "edge"
+    assert paths[("propagation", "gathered")] == "gathered" and paths[("propagation", "sparse")] == "sparse"
     for name in ("window ±8", "lengths 8..160", "graph attention with learned biases", "graph path choice",
-                 "molecule encoder on the real atoms only",
+                 "molecule encoder on the real atoms only", "propagation",
                  "training with weights for the plotted layer"):
         assert f"target {name}" in proc.stdout
 
@@ -143,7 +145,7 @@ def test_structure_cells_come_from_the_core_and_the_modality_folders(monkeypatch
     from seqattn.bench import structure
     from seqattn.modalities.graph import structure_cells
 
-    assert list(structure.cells()) == ["window", "varlen", "graph_bias", "graph_layers", "graph_fill", "weights"]
+    assert list(structure.cells()) == ["window", "varlen", "graph_bias", "graph_layers", "graph_fill", "propagation", "weights"]
     with pytest.raises(ValueError, match="unknown cell 'nope'"):
         structure.cell_of("nope")
     broken = {"impls": ("a",), "sizes": lambda tiny: [{}], "describe": str, "step": None}  # no "targets"

@@ -12,7 +12,115 @@ head this propagates the predictions, which lets few labelled tokens label the g
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+
+from seqattn.core.checks import tracing
+
+
+class GraphOperator:
+    """``Â h`` for ``h [T, C]``: the weighted adjacency ``(target, source) -> weight`` over ``T`` flattened tokens,
+    applied as a sparse matrix product (messages flow source -> target; repeated edges add up).
+
+    Built once per forward (``src, dst [E]``, ``weight [E]``), applied as often as needed. On CPU and CUDA at
+    float32 / float64 it is a CSR matrix product with its own backward (``Âᵀ g``, the transpose built with it).
+    Against gathering the source rows, weighting them and adding them into the targets, ten PPR steps at width 64,
+    forward + backward, operator built inside (``python -m seqattn.bench core --cells propagation``, 1 thread):
+    karate's size 0.74x the time, Cora's 0.33x (10.9 vs 33.2 ms; peak 13 vs 69 MB), PubMed's 0.23x. Elsewhere
+    (other dtypes or devices, inside ``torch.compile`` / export / a jit trace) it is that gather and add, the same
+    sums in another order. ``weight`` gets no gradient (it is structure)."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor, num_tokens: int) -> None:
+        self.src, self.dst, self.weight, self.num_tokens = src, dst, weight, int(num_tokens)
+        self._csr: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def sparse(self, dtype: torch.dtype, device: torch.device) -> bool:
+        """Whether ``h`` of this dtype and device takes the sparse product (module docstring)."""
+        return dtype in (torch.float32, torch.float64) and device.type in ("cpu", "cuda") and not tracing()
+
+    def matrices(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Â, Âᵀ)`` as CSR ``[T, T]`` matrices (rows = targets of ``Â``), built on first use."""
+        if self._csr is None or self._csr[0].dtype != dtype:
+            self._csr = (_csr(self.dst, self.src, self.weight.to(dtype), self.num_tokens),
+                         _csr(self.src, self.dst, self.weight.to(dtype), self.num_tokens))
+        return self._csr
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """``h [T, C]`` -> ``Â h [T, C]``."""
+        if self.sparse(h.dtype, h.device):
+            a, at = self.matrices(h.dtype)
+            if torch.is_grad_enabled() and h.requires_grad:
+                return _AddProduct.apply(None, h, a, at, 0.0, 1.0)
+            return a @ h
+        return self._gathered(h)
+
+    def add_product(self, base: torch.Tensor, h: torch.Tensor, beta: float = 1.0, alpha: float = 1.0) -> torch.Tensor:
+        """``beta · base + alpha · Â h`` (``base``, ``h``: ``[T, C]``), one fused product on the sparse path."""
+        if self.sparse(h.dtype, h.device) and base.dtype == h.dtype:
+            a, at = self.matrices(h.dtype)
+            if torch.is_grad_enabled() and (h.requires_grad or base.requires_grad):
+                return _AddProduct.apply(base, h, a, at, float(beta), float(alpha))
+            return torch.addmm(base, a, h, beta=beta, alpha=alpha)
+        return beta * base + alpha * self._gathered(h)
+
+    def _gathered(self, h: torch.Tensor) -> torch.Tensor:
+        """``Â h`` by gathering the source rows, weighting them and adding them into the targets."""
+        return torch.zeros_like(h).index_add_(0, self.dst, h.index_select(0, self.src) * self.weight.to(h.dtype)[:, None])
+
+
+def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
+    """A CSR ``[n, n]`` matrix with ``values [E]`` at ``(rows, cols)``, entries ordered by row then column."""
+    order = torch.argsort(rows * n + cols)
+    crow = torch.zeros(n + 1, dtype=torch.int64, device=rows.device)
+    crow[1:] = torch.bincount(rows, minlength=n).cumsum(0)
+    with warnings.catch_warnings():  # torch's "CSR support is in beta" (the product used here is long-standing)
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, cols[order], values[order], (n, n), check_invariants=False)
+
+
+class _AddProduct(torch.autograd.Function):
+    """``beta · base + alpha · Â h`` (``base`` may be None: ``alpha · Â h``) with the gradients ``beta · g`` for
+    ``base`` and ``alpha · Âᵀ g`` for ``h`` (``Â``, ``Âᵀ``: CSR matrices built together)."""
+
+    @staticmethod
+    def forward(ctx, base, h, a, at, beta, alpha):
+        ctx.at, ctx.beta, ctx.alpha = at, beta, alpha
+        if base is None:
+            out = a @ h
+            return out.mul_(alpha) if alpha != 1.0 else out
+        return torch.addmm(base, a, h, beta=beta, alpha=alpha)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_base = grad_h = None
+        if ctx.needs_input_grad[0]:
+            grad_base = grad * ctx.beta if ctx.beta != 1.0 else grad
+        if ctx.needs_input_grad[1]:
+            grad_h = ctx.at @ grad.contiguous()
+            if ctx.alpha != 1.0:
+                grad_h.mul_(ctx.alpha)
+        return grad_base, grad_h, None, None, None, None
+
+
+def gcn_operator(mask: torch.Tensor, edge_index: torch.Tensor, dtype: torch.dtype, drop_self_loops: bool = False
+                 ) -> GraphOperator:
+    """``Â = D^-1/2 (A + I) D^-1/2`` over ``edge_index [2, E]`` (flattened ``b * N + i``, messages source ->
+    target) plus one self-loop per real token of ``mask [B, N]`` (``D``: in-degrees with it). Edges touching
+    padding are left out and padding rows stay zero. ``drop_self_loops``: self-loops already among the edges are
+    dropped first, so each real token has exactly one (else they are counted again)."""
+    n_total = mask.numel()
+    real = mask.reshape(-1)
+    src, dst = edge_index[0], edge_index[1]
+    keep = real[src] & real[dst]
+    if drop_self_loops:
+        keep = keep & (src != dst)
+    nodes = torch.nonzero(real).squeeze(1)  # [R]
+    src = torch.cat([src[keep], nodes])
+    dst = torch.cat([dst[keep], nodes])
+    deg = torch.zeros(n_total, dtype=dtype, device=mask.device).index_add_(0, dst, torch.ones_like(dst, dtype=dtype))
+    weight = (deg[src] * deg[dst]).clamp_min(1.0).rsqrt()  # [E' + R]
+    return GraphOperator(src, dst, weight, n_total)
 
 
 def ppr_propagate(x: torch.Tensor, edge_index: torch.Tensor, mask: torch.Tensor | None, steps: int,
@@ -31,17 +139,11 @@ def ppr_propagate(x: torch.Tensor, edge_index: torch.Tensor, mask: torch.Tensor 
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must be [2, E], got shape {tuple(edge_index.shape)}")
     real = torch.ones(n_total, dtype=torch.bool, device=x.device) if mask is None else mask.reshape(-1)
-    src, dst = edge_index[0], edge_index[1]
-    keep = real[src] & real[dst] & (src != dst)  # self-loops are added once below
-    nodes = torch.nonzero(real).squeeze(1)
-    src = torch.cat([src[keep], nodes])
-    dst = torch.cat([dst[keep], nodes])
-    deg = torch.zeros(n_total, dtype=x.dtype, device=x.device).index_add_(0, dst, torch.ones_like(dst, dtype=x.dtype))
-    weight = (deg[src] * deg[dst]).clamp_min(1.0).rsqrt().unsqueeze(1)  # [E', 1]
+    step = gcn_operator(real.view(b, l), edge_index, x.dtype, drop_self_loops=True)
     flat = x.reshape(n_total, d)
     z = flat
     for _ in range(steps):
-        z = (1.0 - alpha) * torch.zeros_like(flat).index_add_(0, dst, z.index_select(0, src) * weight) + alpha * flat
+        z = step.add_product(flat, z, beta=alpha, alpha=1.0 - alpha)  # alpha x + (1 - alpha) Â z
     if mask is not None:
         z = torch.where(real.unsqueeze(1), z, flat)  # padding rows unchanged
     return z.reshape(b, l, d)

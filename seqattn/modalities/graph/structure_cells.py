@@ -16,6 +16,10 @@ largest), forward + backward, ``padded`` (every layer on ``[B, N, D]``) vs ``pac
 12-64 nodes, ``dense`` vs ``edge`` vs ``planned``: where the crossover fill lies (the cost model's
 :data:`~seqattn.core.graph_cost.MEASURED_CROSSOVER_FILL`).
 
+``propagation``: ten personalised-PageRank steps at width 64 (``Encoder(output_propagation=10)``) over random graphs
+of karate's, Cora's and PubMed's sizes, forward + backward: ``gathered`` (gather, weight, add into the targets) vs
+``sparse`` (the CSR product of :class:`~seqattn.core.propagation.GraphOperator`, built inside the step).
+
 :mod:`seqattn.bench.structure` finds :data:`STRUCTURE_CELLS` by walking the modality folders and
 documents the form of a cell; this module imports only the core and this modality (torch lazily).
 """
@@ -222,6 +226,50 @@ def graph_fill_targets(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def propagation_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Callable[[], None], dict[str, Any]]:
+    """Ten personalised-PageRank steps (``Encoder(output_propagation=10)``, alpha 0.1) over a random undirected
+    graph of ``nodes`` nodes and ``edges`` edges (+ self-loops), width 64, forward + backward, the operator
+    built inside the step: ``gathered`` (gather the source rows, weight, add into the targets) vs ``sparse``
+    (the CSR product :class:`seqattn.core.propagation.GraphOperator` takes on CPU / CUDA at fp32 / fp64)."""
+    import torch
+
+    from seqattn.core.propagation import ppr_propagate
+
+    torch.manual_seed(0)
+    nodes, edges = (40, 80) if small else (cfg["nodes"], cfg["edges"])
+    pairs = torch.randint(0, nodes, (2, edges))
+    edge_index = torch.cat([pairs, pairs.flip(0)], dim=1)
+    x = torch.randn(1, nodes, 64, requires_grad=True)
+    mask = torch.ones(1, nodes, dtype=torch.bool)
+    info: dict[str, Any] = {"nodes": nodes, "attention_edges": int(edge_index.shape[1]), "width": 64, "steps": 10}
+
+    def step():
+        from seqattn.core import propagation
+
+        sparse = propagation.GraphOperator.sparse
+        if impl == "gathered":
+            propagation.GraphOperator.sparse = lambda self, dtype, device: False
+        try:
+            info["path"] = "sparse" if propagation.GraphOperator.sparse(None, x.dtype, x.device) else "gathered"
+            ppr_propagate(x, edge_index, mask, 10, 0.1).square().sum().backward()
+        finally:
+            propagation.GraphOperator.sparse = sparse
+        x.grad = None
+
+    return step, info
+
+
+def propagation_targets(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per size: the sparse product's time against the gathered one's."""
+    out = []
+    for cfg, got in _ok_rows_by_config(rows):
+        if {"gathered", "sparse"} <= set(got):
+            ratio = got["sparse"]["time_ms"] / got["gathered"]["time_ms"]
+            out.append(f"target propagation, {cfg}: sparse product at most the gathered time: "
+                       f"{'met' if ratio <= 1.0 else 'missed'} ({ratio:.2f}x)")
+    return out
+
+
 #: cells of ``python -m seqattn.bench core --cells`` this modality owns (the form: ``seqattn.bench.structure``)
 STRUCTURE_CELLS: dict[str, dict[str, Any]] = {
     "graph_bias": {
@@ -246,5 +294,13 @@ STRUCTURE_CELLS: dict[str, dict[str, Any]] = {
         "describe": lambda cfg: f"{cfg['graphs']} molecule-like graphs padded to {cfg['nodes']}",
         "step": graph_fill_step,
         "targets": graph_fill_targets,
+    },
+    "propagation": {
+        "impls": ("gathered", "sparse"),
+        "sizes": lambda tiny: [{"nodes": 40, "edges": 80}] if tiny else [
+            {"nodes": 34, "edges": 78}, {"nodes": 2708, "edges": 5278}, {"nodes": 19717, "edges": 44324}],
+        "describe": lambda cfg: f"{cfg['nodes']} nodes, {cfg['edges']} undirected edges, 10 steps",
+        "step": propagation_step,
+        "targets": propagation_targets,
     },
 }

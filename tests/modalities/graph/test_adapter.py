@@ -558,3 +558,35 @@ def test_sparse_node_features_take_the_sparse_product_with_the_same_tokens_and_d
     kept = torch.isclose(got, bias + 2 * cols, atol=1e-5).all(1)
     gone = torch.isclose(got, bias.expand_as(got), atol=1e-5).all(1)
     assert bool((kept | gone).all()) and 0 < int(kept.sum()) < n
+
+
+def test_sparse_feature_entries_are_remembered_for_the_same_unchanged_tensor_only(monkeypatch):
+    """The non-zeros of a full graph's features are found once and reused while the same tensor comes back
+    unchanged; an in-place change (version counter), another tensor with other values, and inference tensors
+    are read anew; mostly non-zero features are 'not sparse'."""
+    from seqattn.modalities.graph import adapter as graph_adapter
+
+    x = torch.zeros(1, 6, 20)
+    x[0, :, 0] = torch.arange(1.0, 7.0)
+    flat = x.reshape(6, 20)
+    calls = []
+    nonzero = torch.nonzero
+    monkeypatch.setattr(torch, "nonzero", lambda t: calls.append(1) or nonzero(t))
+    idx, values = graph_adapter.sparse_entries(x, flat)
+    torch.testing.assert_close(values, torch.arange(1.0, 7.0))
+    assert graph_adapter.sparse_entries(x, x.reshape(6, 20))[1] is values and len(calls) == 1  # remembered
+    x[0, 2, 5] = 9.0  # in place: read again
+    idx2, values2 = graph_adapter.sparse_entries(x, flat)
+    assert len(calls) == 2 and idx2.shape[0] == 7 and 9.0 in values2.tolist()
+    other = x.clone()
+    other[0, 0, 0] = -1.0
+    other[0, 1, 0] = -2.0  # now at x's version (2): only its identity tells them apart
+    assert other._version == x._version
+    assert graph_adapter.sparse_entries(other, other.reshape(6, 20))[1][0] == -1.0 and len(calls) == 3
+    with torch.inference_mode():
+        frozen = x.clone()
+    graph_adapter.sparse_entries(frozen, frozen.reshape(6, 20))
+    graph_adapter.sparse_entries(frozen, frozen.reshape(6, 20))
+    assert len(calls) == 5  # never remembered
+    full = torch.ones(1, 6, 20)
+    assert graph_adapter.sparse_entries(full, full.reshape(6, 20)) == (None, None)
