@@ -202,8 +202,12 @@ def edge_attention(
     qn = q.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
     kn = k.transpose(1, 2).reshape(n, h, d)  # [N, H, D]
     vn = v.transpose(1, 2).reshape(n, h, v.shape[-1])  # [N, H, E]
-    if dropout_p > 0 or edge_key is not None or edge_value is not None:
-        # autograd through the gathered rows: dropout on alpha, per-edge key / value offsets
+    row = h * max(d, vn.shape[-1])
+    if dropout_p > 0 or edge_key is not None or edge_value is not None or src.numel() * row <= _EDGE_CHUNK_ELEMENTS:
+        # autograd through the gathered rows: dropout on alpha, per-edge key / value offsets, and any graph whose
+        # [E, H, D] rows fit one chunk (molecule batches, Cora): keeping them for backward costs at most a few
+        # chunks' memory, and not recomputing them takes ~0.7x the time of the chunked Function (fwd + bwd, 300
+        # atoms and 600 edges at 4 heads of 16: 0.88 vs 1.26 ms; Cora's size: 16.1 vs 23.5 ms)
         keys = kn.index_select(0, src)  # [E, H, D]
         if edge_key is not None:
             keys = keys + edge_key.to(keys.dtype)
@@ -217,7 +221,7 @@ def edge_attention(
         dropped = dropout(alpha, dropout_p) if dropout_p > 0 else alpha
         msg = values * dropped.unsqueeze(-1)  # [E, H, E_v]
         out = torch.zeros((n, h, v.shape[-1]), dtype=msg.dtype, device=v.device).index_add(0, dst, msg)
-    else:  # O(E·H) saved for backward: the gathered [E, H, D] rows are recomputed in chunks
+    else:  # large graphs: O(E·H) saved for backward, the gathered [E, H, D] rows recomputed in chunks
         out, alpha = _EdgeAttention.apply(qn, kn, vn, src, dst, edge_bias, scale)
     return out.view(b, length, h, -1).transpose(1, 2), alpha, edge_index  # [B, H, L, E_v]
 

@@ -161,6 +161,20 @@ def test_edge_bias_equals_dense_float_bias():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
+def _has_node(t, name):
+    """Whether ``t``'s autograd graph has a node whose name starts with ``name``."""
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if fn.name().startswith(name):
+            return True
+        todo.extend(f for f, _ in fn.next_functions)
+    return False
+
+
 def test_edge_kernel_custom_backward_passes_gradcheck_in_chunks(monkeypatch):
     """The edge kernel's hand-written backward (recomputing per-edge gathers chunk by chunk) is exact."""
     import seqattn.core.kernels as kernels
@@ -177,9 +191,15 @@ def test_edge_kernel_custom_backward_passes_gradcheck_in_chunks(monkeypatch):
     def attend(q, k, v, bias):
         return kernels.edge_attention(q, k, v, edge_index, None, 0.0, None, bias)[0]
 
-    whole = attend(q, k, v, bias)
-    monkeypatch.setattr(kernels, "_EDGE_CHUNK_ELEMENTS", 7)  # many chunks of one or two edges
-    torch.testing.assert_close(attend(q, k, v, bias), whole)
+    whole = attend(q, k, v, bias)  # fits one chunk: autograd through the gathered rows
+    g = torch.randn_like(whole)
+    plain_grads = torch.autograd.grad(whole, (q, k, v, bias), g)
+    monkeypatch.setattr(kernels, "_EDGE_CHUNK_ELEMENTS", 7)  # many chunks of one or two edges: the Function
+    chunked = attend(q, k, v, bias)
+    assert _has_node(chunked, "_EdgeAttention") and not _has_node(whole, "_EdgeAttention")
+    torch.testing.assert_close(chunked, whole)
+    for got, want in zip(torch.autograd.grad(chunked, (q, k, v, bias), g), plain_grads):
+        torch.testing.assert_close(got, want)
     assert torch.autograd.gradcheck(attend, (q, k, v, bias))
 
 
