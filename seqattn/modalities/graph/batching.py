@@ -21,29 +21,34 @@ def collate_graphs(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise ValueError("collate_graphs got an empty list")
     sizes = [int(g["x"].shape[0]) for g in graphs]
     b, n = len(graphs), max(max(sizes), 1)
-    feat = graphs[0]["x"].shape[1]
-    x = graphs[0]["x"].new_zeros(b, n, feat)
-    mask = torch.zeros(b, n, dtype=torch.bool)
-    edges, attrs = [], []
-    for i, (g, size) in enumerate(zip(graphs, sizes)):
-        x[i, :size] = g["x"]
-        mask[i, :size] = True
-        ei = g["edge_index"].long()
-        if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= size):
-            raise ValueError(f"graph {i} of the batch has edge ids outside [0, {size})")
-        edges.append(ei + i * n)
-        if "edge_attr" in g:
-            attrs.append(g["edge_attr"])
-    batch: dict[str, Any] = {"x": x, "mask": mask, "edge_index": torch.cat(edges, dim=1)}
+    # every graph's rows at once: node j of graph i goes to row i * n + j of the padded [B * N] layout
+    counts = torch.tensor(sizes)
+    graph_of = torch.repeat_interleave(torch.arange(b), counts)  # [sum n]
+    starts = torch.cumsum(counts, 0) - counts
+    rows = graph_of * n + torch.arange(int(counts.sum())) - starts[graph_of]  # [sum n]
+    first = graphs[0]["x"]
+    x = first.new_zeros(b * n, first.shape[1])
+    x[rows] = torch.cat([g["x"] for g in graphs]).to(x.dtype)
+    mask = torch.zeros(b * n, dtype=torch.bool)
+    mask[rows] = True
+    local = [g["edge_index"].long() for g in graphs]
+    edge_counts = torch.tensor([int(e.shape[1]) for e in local])
+    owner = torch.repeat_interleave(torch.arange(b), edge_counts)  # [E]: the graph of each edge
+    edges = torch.cat(local, dim=1) if local else torch.zeros(2, 0, dtype=torch.long)  # [2, E], local ids
+    outside = ((edges < 0) | (edges >= counts[owner])).any(0)  # [E]
+    if bool(outside.any()):
+        i = int(owner[outside][0])
+        raise ValueError(f"graph {i} of the batch has edge ids outside [0, {sizes[i]})")
+    batch: dict[str, Any] = {"x": x.view(b, n, -1), "mask": mask.view(b, n), "edge_index": edges + owner * n}
+    attrs = [g["edge_attr"] for g in graphs if "edge_attr" in g]
     if attrs:
         if len(attrs) != b:
             raise ValueError("edge_attr is given for some graphs of the batch but not for all")
         batch["edge_attr"] = torch.cat(attrs, dim=0)
     if "pe" in graphs[0]:
-        pe = graphs[0]["pe"].new_zeros(b, n, graphs[0]["pe"].shape[1])
-        for i, (g, size) in enumerate(zip(graphs, sizes)):
-            pe[i, :size] = g["pe"]
-        batch["pe"] = pe
+        pe = graphs[0]["pe"].new_zeros(b * n, graphs[0]["pe"].shape[1])
+        pe[rows] = torch.cat([g["pe"] for g in graphs]).to(pe.dtype)
+        batch["pe"] = pe.view(b, n, -1)
     for key in graphs[0]:
         if key in ("x", "edge_index", "edge_attr", "pe"):
             continue
