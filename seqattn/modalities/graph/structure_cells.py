@@ -145,16 +145,18 @@ def _ok_rows_by_config(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, 
             for cfg in sorted({r["config"] for r in rows})]
 
 
+def _pair_targets(rows: list[dict[str, Any]], reference: str, candidate: str,
+                  line: Callable[[str, dict[str, dict[str, Any]], float], str]) -> list[str]:
+    """One ``line(config, {impl: row}, candidate time / reference time)`` per configuration where both ran."""
+    return [line(cfg, got, got[candidate]["time_ms"] / got[reference]["time_ms"])
+            for cfg, got in _ok_rows_by_config(rows) if {reference, candidate} <= set(got)]
+
+
 def graph_layers_targets(rows: list[dict[str, Any]]) -> list[str]:
     """One line per size: the packed stack against the padded one (the padding factor beside it)."""
-    out = []
-    for cfg, got in _ok_rows_by_config(rows):
-        if {"padded", "packed"} <= set(got):
-            ratio = got["packed"]["time_ms"] / got["padded"]["time_ms"]
-            out.append(f"target molecule encoder on the real atoms only, {cfg} (padded {got['packed']['padding']:.2f}x "
-                       f"the atoms): packed faster than padded: {'met' if ratio < 1 else 'missed'} "
-                       f"({ratio:.2f}x the padded step)")
-    return out
+    return _pair_targets(rows, "padded", "packed", lambda cfg, got, ratio: (
+        f"target molecule encoder on the real atoms only, {cfg} (padded {got['packed']['padding']:.2f}x the atoms): "
+        f"packed faster than padded: {'met' if ratio < 1 else 'missed'} ({ratio:.2f}x the padded step)"))
 
 
 def molecule_like_graphs(graphs: int, nodes: int, spread: float = 0.6, seed: int = 0):
@@ -261,13 +263,9 @@ def propagation_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Calla
 
 def propagation_targets(rows: list[dict[str, Any]]) -> list[str]:
     """One line per size: the sparse product's time against the gathered one's."""
-    out = []
-    for cfg, got in _ok_rows_by_config(rows):
-        if {"gathered", "sparse"} <= set(got):
-            ratio = got["sparse"]["time_ms"] / got["gathered"]["time_ms"]
-            out.append(f"target propagation, {cfg}: sparse product at most the gathered time: "
-                       f"{'met' if ratio <= 1.0 else 'missed'} ({ratio:.2f}x)")
-    return out
+    return _pair_targets(rows, "gathered", "sparse", lambda cfg, got, ratio: (
+        f"target propagation, {cfg}: sparse product at most the gathered time: "
+        f"{'met' if ratio <= 1.0 else 'missed'} ({ratio:.2f}x)"))
 
 
 #: cells of ``python -m seqattn.bench core --cells`` this modality owns (the form: ``seqattn.bench.structure``)
