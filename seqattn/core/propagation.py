@@ -52,7 +52,7 @@ class GraphOperator:
             a, at = self.matrices(h.dtype)
             if torch.is_grad_enabled() and h.requires_grad:
                 return _AddProduct.apply(None, h, a, at, 0.0, 1.0)
-            return a @ h
+            return _product(None, a, h, 0.0, 1.0)
         return self._gathered(h)
 
     def add_product(self, base: torch.Tensor, h: torch.Tensor, beta: float = 1.0, alpha: float = 1.0) -> torch.Tensor:
@@ -61,7 +61,7 @@ class GraphOperator:
             a, at = self.matrices(h.dtype)
             if torch.is_grad_enabled() and (h.requires_grad or base.requires_grad):
                 return _AddProduct.apply(base, h, a, at, float(beta), float(alpha))
-            return torch.addmm(base, a, h, beta=beta, alpha=alpha)
+            return _product(base, a, h, beta, alpha)
         return beta * base + alpha * self._gathered(h)
 
     def _gathered(self, h: torch.Tensor) -> torch.Tensor:
@@ -79,6 +79,16 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n: int) -
         return torch.sparse_csr_tensor(crow, cols[order], values[order], (n, n), check_invariants=False)
 
 
+def _product(base: torch.Tensor | None, a: torch.Tensor, h: torch.Tensor, beta: float, alpha: float) -> torch.Tensor:
+    """``beta · base + alpha · a h`` (``base`` None: ``alpha · a h``) at ``h``'s precision: autocast (bf16-mixed) would
+    cast the operands of ``addmm`` to bf16, which the CSR product does not take; the sums stay fp32 here."""
+    with torch.autocast(h.device.type, enabled=False):
+        if base is None:
+            out = a @ h
+            return out.mul_(alpha) if alpha != 1.0 else out
+        return torch.addmm(base, a, h, beta=beta, alpha=alpha)
+
+
 class _AddProduct(torch.autograd.Function):
     """``beta · base + alpha · Â h`` (``base`` may be None: ``alpha · Â h``) with the gradients ``beta · g`` for
     ``base`` and ``alpha · Âᵀ g`` for ``h`` (``Â``, ``Âᵀ``: CSR matrices built together)."""
@@ -86,10 +96,7 @@ class _AddProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, base, h, a, at, beta, alpha):
         ctx.at, ctx.beta, ctx.alpha = at, beta, alpha
-        if base is None:
-            out = a @ h
-            return out.mul_(alpha) if alpha != 1.0 else out
-        return torch.addmm(base, a, h, beta=beta, alpha=alpha)
+        return _product(base, a, h, beta, alpha)
 
     @staticmethod
     def backward(ctx, grad):
@@ -97,9 +104,7 @@ class _AddProduct(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_base = grad * ctx.beta if ctx.beta != 1.0 else grad
         if ctx.needs_input_grad[1]:
-            grad_h = ctx.at @ grad.contiguous()
-            if ctx.alpha != 1.0:
-                grad_h.mul_(ctx.alpha)
+            grad_h = _product(None, ctx.at, grad.contiguous(), 0.0, ctx.alpha)
         return grad_base, grad_h, None, None, None, None
 
 

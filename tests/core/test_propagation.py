@@ -200,3 +200,22 @@ def test_ppr_gradient_equals_the_dense_formula():
         want[i, :size] = want_i
     want[1, 3:] = g[1, 3:]  # padding rows pass through unchanged
     torch.testing.assert_close(got, want)
+
+
+def test_graph_operator_under_bf16_autocast_keeps_fp32_sums():
+    """Under CPU autocast (trainer.precision=bf16-mixed) the sparse product runs at the input's fp32 (the CSR
+    product takes no bf16), forward and backward, and equals the product outside autocast."""
+    op, src, dst, weight = _directed()
+    op = GraphOperator(src, dst, weight.float(), 7)
+    torch.manual_seed(3)
+    h = torch.randn(7, 4, requires_grad=True)
+    base = torch.randn(7, 4)
+    want = op.add_product(base, h, 0.2, 0.8)
+    (want_grad,) = torch.autograd.grad(want.sum(), h)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = op.add_product(base, h, 0.2, 0.8)
+        plain = op(h)
+        (got_grad,) = torch.autograd.grad(got.sum(), h)
+    assert got.dtype == torch.float32 and plain.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)
