@@ -219,3 +219,15 @@ def test_graph_operator_under_bf16_autocast_keeps_fp32_sums():
     assert got.dtype == torch.float32 and plain.dtype == torch.float32
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_graph_operator_takes_the_sparse_product_on_cuda_only_for_large_graphs(monkeypatch):
+    """CPU: always (fp32 / fp64); CUDA: from CUDA_SPARSE_EDGES edges (measured on an H200); bf16: never."""
+    from seqattn.core import propagation
+
+    op, _, _, _ = _directed()
+    cuda = torch.device("cuda")
+    assert op.sparse(torch.float32, torch.device("cpu")) and not op.sparse(torch.bfloat16, torch.device("cpu"))
+    assert not op.sparse(torch.float32, cuda)
+    monkeypatch.setattr(propagation, "CUDA_SPARSE_EDGES", op.src.numel())
+    assert op.sparse(torch.float32, cuda)

@@ -202,7 +202,8 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
             values = dropout(values, feature_dropout)
         sparse = torch.sparse_coo_tensor(nonzero.t(), values, (b * n, f), is_coalesced=True,
                                          check_invariants=False)
-        parts = torch.sparse.mm(sparse, weight)  # [B·N, (k+1)·D]
+        with torch.autocast(flat.device.type, enabled=False):  # bf16-mixed: the sparse product takes no bf16
+            parts = torch.sparse.mm(sparse, weight.to(values.dtype))  # [B·N, (k+1)·D]
     else:
         if feature_dropout:
             flat = dropout(flat, feature_dropout)

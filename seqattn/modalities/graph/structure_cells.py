@@ -252,7 +252,8 @@ def propagation_step(impl: str, cfg: dict[str, Any], small: bool) -> tuple[Calla
         if impl == "gathered":
             propagation.GraphOperator.sparse = lambda self, dtype, device: False
         try:
-            info["path"] = "sparse" if propagation.GraphOperator.sparse(None, x.dtype, x.device) else "gathered"
+            probe = propagation.GraphOperator(edge_index[0], edge_index[1], x.new_ones(edge_index.shape[1]), nodes)
+            info["path"] = "sparse" if probe.sparse(x.dtype, x.device) else "gathered"
             ppr_propagate(x, edge_index, mask, 10, 0.1).square().sum().backward()
         finally:
             propagation.GraphOperator.sparse = sparse

@@ -590,3 +590,32 @@ def test_sparse_feature_entries_are_remembered_for_the_same_unchanged_tensor_onl
     assert len(calls) == 5  # never remembered
     full = torch.ones(1, 6, 20)
     assert graph_adapter.sparse_entries(full, full.reshape(6, 20)) == (None, None)
+
+
+def test_sparse_node_features_under_bf16_autocast(monkeypatch):
+    """bf16-mixed (autocast) runs the sparse feature product at fp32 (torch's sparse product takes no bf16 on CUDA):
+    the same tokens as outside autocast."""
+    from seqattn.modalities.graph import adapter as graph_adapter
+    from seqattn.modalities.graph.adapter import GraphAdapter
+
+    monkeypatch.setattr(graph_adapter, "SPARSE_FEATURES_MIN", 0)
+    n, f = 12, 40
+    x = torch.zeros(1, n, f)
+    x[0, torch.arange(n), torch.arange(n) * 3] = 1.0
+    mask = torch.ones(1, n, dtype=torch.bool)
+    edge_index = torch.tensor([list(range(n - 1)), list(range(1, n))])
+    adapter = GraphAdapter(dim=8, node_features=f, heads=1, distance_bias=False).eval()  # no hops: no other product
+    want = adapter(x, mask, edge_index).x
+    calls = []
+    autocast = torch.autocast
+
+    class Spy(autocast):
+        def __init__(self, device_type, *args, **kwargs):
+            calls.append(kwargs.get("enabled", True))
+            super().__init__(device_type, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "autocast", Spy)
+    with autocast("cpu", dtype=torch.bfloat16):
+        got = adapter(x, mask, edge_index).x
+    assert False in calls  # the sparse product ran with autocast off
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
