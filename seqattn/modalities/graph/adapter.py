@@ -45,7 +45,7 @@ from torch import nn
 
 from seqattn.core.dropout import Dropout, dropout
 from seqattn.core.graph_cost import GRAPH_PATHS
-from seqattn.core.propagation import GraphOperator, gcn_operator
+from seqattn.core.propagation import gcn_operator
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets, replace_rows
 from seqattn.modalities.graph.positional import GRAPH_POSITIONALS
@@ -116,20 +116,12 @@ def smoothed_features(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Ten
     not only its own features: what lets few labelled nodes label their communities."""
     b, n, f = x.shape
     flat = x.reshape(b * n, f)
-    step = gcn_step(mask, edge_index, flat.dtype)
+    step = gcn_operator(mask, edge_index, flat.dtype)
     out, h = [flat], flat
     for _ in range(steps):
         h = step(h)  # [B·N, F]
         out.append(h)
     return torch.cat(out, dim=1).reshape(b, n, f * (steps + 1))
-
-
-def gcn_step(mask: torch.Tensor, edge_index: torch.Tensor, dtype: torch.dtype) -> GraphOperator:
-    """The map ``h [B·N, C] -> Â h [B·N, C]`` with ``Â = D^-1/2 (A + I) D^-1/2`` over the input edges
-    ``edge_index [2, E]`` (flattened ``b * N + i``, messages source -> target) plus a self-loop per real node
-    of ``mask [B, N]``; padding rows stay zero. Built once, applied as often as needed (a sparse matrix product:
-    :class:`seqattn.core.propagation.GraphOperator`)."""
-    return gcn_operator(mask, edge_index, dtype)
 
 
 #: below this fraction of non-zero node features (bag-of-words rows: Cora 1.3 %), the projection reads them as a
@@ -211,7 +203,7 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
     if node_dropout:  # (s ⊙ x) W = s ⊙ (x W): a row scale commutes with the projection
         keep = torch.rand(b * n, 1, device=parts.device) >= node_dropout  # [B·N, 1]
         parts = parts * keep.to(parts.dtype) / (1.0 - node_dropout)
-    step = gcn_step(mask, edge_index, flat.dtype) if steps else None
+    step = gcn_operator(mask, edge_index, flat.dtype) if steps else None
     if mode == "mean":
         out, h = parts, parts  # [B·N, D]
         for _ in range(steps):

@@ -34,7 +34,7 @@ def collate_graphs(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     local = [g["edge_index"].long() for g in graphs]
     edge_counts = torch.tensor([int(e.shape[1]) for e in local])
     owner = torch.repeat_interleave(torch.arange(b), edge_counts)  # [E]: the graph of each edge
-    edges = torch.cat(local, dim=1) if local else torch.zeros(2, 0, dtype=torch.long)  # [2, E], local ids
+    edges = torch.cat(local, dim=1)  # [2, E], local ids
     outside = ((edges < 0) | (edges >= counts[owner])).any(0)  # [E]
     if bool(outside.any()):
         i = int(owner[outside][0])
