@@ -176,3 +176,39 @@ def test_recipes_step_variants_take_precision_and_dropout_switches_only():
         _step_setting(["fast_dropout=no"])
     with pytest.raises(SystemExit, match="these switches only.*model.depth=2"):
         _step_setting(["model.depth=2"])
+
+
+def test_core_dtype_reaches_the_weights_and_the_input(tmp_path):
+    js = tmp_path / "core.json"
+    proc = _run("core", "--lengths", "16", "--batch", "1", "--dim", "16", "--heads", "2", "--repeats", "1",
+                "--impls", "seqattn_sdpa,naive", "--dtype", "bfloat16", "--cells", "none", "--json", str(js))
+    assert proc.returncode == 0, proc.stderr
+    assert ", bf16, CPU (" in proc.stdout  # the caption says what ran
+    cells = json.loads(js.read_text())["cells"]
+    assert [(c["status"], c["dtype"], c["input_dtype"]) for c in cells] == [("ok", "bfloat16", "bfloat16")] * 2
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_core_device_cuda_without_cuda_says_so():
+    proc = _run("core", "--lengths", "16", "--device", "cuda", "--cells", "none")
+    assert proc.returncode != 0
+    assert "--device cuda: torch.cuda.is_available() is False" in proc.stderr
+
+
+def test_core_structured_cells_default_to_every_cell_on_cpu_and_none_on_cuda(monkeypatch):
+    import argparse
+
+    import torch
+
+    from seqattn.bench import structure
+    from seqattn.bench.core import resolve_cells
+
+    args = argparse.Namespace(device="cpu", cells=None)
+    resolve_cells(args)
+    assert args.cells == list(structure.cells())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    args = argparse.Namespace(device="cuda", cells=None)
+    resolve_cells(args)
+    assert args.cells == []
+    with pytest.raises(SystemExit, match="measure on CPU only; pass --cells none"):
+        resolve_cells(argparse.Namespace(device="cuda", cells=["propagation"]))

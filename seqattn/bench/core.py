@@ -57,6 +57,9 @@ from seqattn.bench import structure
 from seqattn.bench.measure import measure_step, run_cell_isolated, sdpa_backends, write_report
 
 IMPLS = ("naive", "torch_mha", "seqattn_sdpa", "seqattn_linear")
+DEVICES = ("cpu", "cuda")
+#: ``--dtype`` choices: names of torch dtypes (the weights and the input of every cell)
+DTYPE_NAMES = ("float32", "bfloat16")
 DEFAULT_LENGTHS = (128, 512, 1024, 2048, 4096)
 WARMUP_LENGTH = 16
 
@@ -123,9 +126,10 @@ def estimate_peak_bytes(impl: str, length: int, batch: int, dim: int, heads: int
 
 def measure_cell(
     impl: str, length: int, batch: int, dim: int, heads: int, repeats: int | None = None, budget: float = 3.0,
-    threads: int | None = None,
+    threads: int | None = None, device: str = "cpu", dtype: str = "float32",
 ) -> dict[str, Any]:
-    """Peak RSS growth and median fwd+bwd time of one (impl, L). Call it in a fresh process."""
+    """Peak memory growth and median fwd+bwd time of one (impl, L) on ``device`` at ``dtype`` (weights
+    and input). Call it in a fresh process."""
     import torch
 
     if threads:
@@ -133,9 +137,12 @@ def measure_cell(
 
     torch.manual_seed(0)
     layer, call = build_impl(impl, dim, heads)
+    dtype_ = getattr(torch, dtype)  # "float32" / "bfloat16" (validated by the parser: DTYPE_NAMES)
+    layer.to(device=device, dtype=dtype_)
     params = list(layer.parameters())
-    x = torch.randn(batch, length, dim, requires_grad=True)  # [B, L, D]
-    x_small = torch.randn(batch, min(WARMUP_LENGTH, length), dim, requires_grad=True)
+    like = {"device": device, "dtype": dtype_, "requires_grad": True}
+    x = torch.randn(batch, length, dim, **like)  # [B, L, D]
+    x_small = torch.randn(batch, min(WARMUP_LENGTH, length), dim, **like)
 
     def step(inp: torch.Tensor) -> None:
         call(inp).sum().backward()
@@ -145,9 +152,11 @@ def measure_cell(
 
     for _ in range(2):  # load libraries, no big buffer yet
         step(x_small)
-    measured = measure_step(lambda: step(x), repeats, budget)
+    measured = measure_step(lambda: step(x), repeats, budget, device=device)
     backend = sdpa_backends(lambda: step(x))
-    return {"backend": backend, "status": "ok", **measured, "threads": torch.get_num_threads()}
+    return {"backend": backend, "status": "ok", **measured, "threads": torch.get_num_threads(),
+            "device_name": torch.cuda.get_device_name() if device != "cpu" else "CPU",
+            "dtype": str(params[0].dtype).removeprefix("torch."), "input_dtype": str(x.dtype).removeprefix("torch.")}
 
 
 def _cell_entry(conn: Any, kwargs: dict[str, Any]) -> None:
@@ -207,9 +216,14 @@ def add_core_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell-timeout", type=float, default=900.0, help="seconds before a cell is abandoned")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads in every cell (default: torch's; 1 on a shared machine)")
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="where the layer cells run (cuda: synchronised timing, peak from torch.cuda's "
+                             "allocator; the structured cells measure on CPU only)")
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="float32", help="weights and input of the layer cells")
     cells = list(structure.cells())  # the core's and every modality's (seqattn.bench.structure)
-    parser.add_argument("--cells", type=_cells, default=cells,
-                        help=f"structured-attention cells, comma-separated from {','.join(cells)}, or none")
+    parser.add_argument("--cells", type=_cells, default=None,
+                        help=f"structured-attention cells, comma-separated from {','.join(cells)}, or none "
+                             "(default: all on CPU, none with --device cuda)")
     parser.add_argument("--cell-sizes", choices=("full", "tiny"), default="full",
                         help="tiny: a few tokens per structured cell (tests)")
     parser.add_argument("--out", metavar="FILE.md", help="also write caption, table and targets here")
@@ -243,6 +257,8 @@ def measure_core(args: argparse.Namespace, log: Callable[[str], None] = print) -
                         repeats=args.repeats,
                         budget=args.budget,
                         threads=getattr(args, "threads", None),
+                        device=getattr(args, "device", "cpu"),
+                        dtype=getattr(args, "dtype", "float32"),
                     )
                 )
                 cell["wall_s"] = time.perf_counter() - start
@@ -313,12 +329,19 @@ def format_core_table(cells: list[dict[str, Any]], impls: list[str], lengths: li
     return "\n".join(lines)
 
 
-def core_caption(args: argparse.Namespace, threads: int | None) -> str:
+def core_caption(args: argparse.Namespace, threads: int | None, device_name: str | None = None) -> str:
+    dtype = {"float32": "fp32", "bfloat16": "bf16"}.get(getattr(args, "dtype", "float32"), args.dtype)
+    if getattr(args, "device", "cpu") == "cpu":
+        where = f"CPU ({threads or '?'} torch threads)"
+        peak = "Peak MB: growth of peak RSS during one step"
+    else:
+        where = f"CUDA ({device_name or '?'}; each timed step synchronised)"
+        peak = "Peak MB: growth of `torch.cuda.max_memory_allocated` during one step"
     return (
         f"Forward+backward of one multi-head self-attention layer (q/k/v/out projections included), "
-        f"batch {args.batch}, width {args.dim}, {args.heads} heads, fp32, CPU ({threads or '?'} torch threads). "
-        "Time: median of N steps after a warm-up step (N in the JSON). Peak MB: growth of peak RSS during one "
-        "step, each cell in a fresh process (see `seqattn/bench/core.py`). `torch_mha` = "
+        f"batch {args.batch}, width {args.dim}, {args.heads} heads, {dtype}, {where}. "
+        f"Time: median of N steps after a warm-up step (N in the JSON). {peak}, "
+        "each cell in a fresh process (see `seqattn/bench/core.py`). `torch_mha` = "
         "`nn.MultiheadAttention(batch_first=True)` called with `need_weights=False`, its fastest setting."
     )
 
@@ -369,25 +392,30 @@ def core_targets(cells: list[dict[str, Any]]) -> list[str]:
 def run_core(args: argparse.Namespace) -> int:
     command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["core"]))
     print(f"$ {command}", flush=True)
+    device = getattr(args, "device", "cpu")
+    resolve_cells(args)
     load_before = os.getloadavg()
-    peak = run_cell_isolated(args.cell_timeout, entry=structure.matmul_entry, threads=args.threads)
+    peak = run_cell_isolated(args.cell_timeout, entry=structure.matmul_entry, threads=args.threads, device=device)
     peak_fp32 = peak.get("fp32") if peak.get("status") == "ok" else None
     if peak_fp32:
         print(f"matmul peak: {peak_fp32:.0f} GFLOP/s fp32, {peak['bf16']:.0f} GFLOP/s bf16 "
-              f"(torch.matmul 2048³, {peak['threads']} threads)", flush=True)
+              f"(torch.matmul 2048³ on {device}, {peak['threads']} threads)", flush=True)
     cells = measure_core(args, log=lambda line: print(line, flush=True))
     extra = measure_structure(args, log=lambda line: print(line, flush=True))
     load_after = os.getloadavg()
-    threads = next((c["threads"] for c in cells if c["status"] == "ok"), None)
-    caption = core_caption(args, threads)
+    first_ok = next((c for c in cells if c["status"] == "ok"), {})
+    caption = core_caption(args, first_ok.get("threads"), first_ok.get("device_name"))
     table = format_core_table(cells, args.impls, args.lengths)
     targets = core_targets(cells)
     lines = [caption, "", table, ""]
     if peak_fp32:
-        lines += [f"Matmul peak of this CPU, measured in this run: {peak_fp32:.0f} GFLOP/s fp32, {peak['bf16']:.0f} "
+        dtype_peak = peak_fp32 if getattr(args, "dtype", "float32") == "float32" else peak["bf16"]
+        what = "this CPU" if device == "cpu" else f"this GPU ({first_ok.get('device_name', '?')})"
+        lines += [f"Matmul peak of {what}, measured in this run: {peak_fp32:.0f} GFLOP/s fp32, {peak['bf16']:.0f} "
                   f"GFLOP/s bf16 (torch.matmul 2048³, {peak['threads']} threads). Attained attention GFLOP/s "
-                  "(fwd+bwd = 14·B·H·L·S·d, projections not counted) and the SDPA backend that ran:", "",
-                  format_gflops_table(cells, args, peak_fp32), ""]
+                  "(fwd+bwd = 14·B·H·L·S·d, projections not counted; % of the peak at the cells' dtype) and the "
+                  "SDPA backend that ran:", "",
+                  format_gflops_table(cells, args, dtype_peak), ""]
     if extra:
         s_lines, s_targets = structure.format_structure(extra, peak_fp32)
         lines += ["Structured attention, today's dense-mask path vs the planned kernel (fwd+bwd; "
@@ -395,6 +423,23 @@ def run_core(args: argparse.Namespace) -> int:
         targets += s_targets
     write_report(args, command, [*lines, *targets], cells + extra, targets, load_before, load_after)
     return 0
+
+
+def resolve_cells(args: argparse.Namespace) -> None:
+    """``args.cells`` left at its default (None): every structured cell on CPU, none on CUDA. Explicit cells
+    with ``--device cuda`` are an error (they build their inputs on CPU)."""
+    device = getattr(args, "device", "cpu")
+    if device != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit(f"--device {device}: torch.cuda.is_available() is False on this machine "
+                             f"(torch {torch.__version__}); run without --device or on a machine with a GPU")
+        if getattr(args, "cells", None):
+            raise SystemExit(f"--cells {','.join(args.cells)} with --device {device}: the structured cells "
+                             "measure on CPU only; pass --cells none")
+    if getattr(args, "cells", None) is None:
+        args.cells = list(structure.cells()) if device == "cpu" else []
 
 
 def measure_structure(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:

@@ -57,12 +57,19 @@ def _ru_maxrss_bytes() -> int:
 
 
 def measure_step(step, repeats: int | None = None, budget: float = 3.0, min_steps: int = 1,
-                 max_steps: int = 20) -> dict[str, Any]:
+                 max_steps: int = 20, device: str = "cpu") -> dict[str, Any]:
     """Peak-RSS growth during the first ``step()`` (after a garbage collection; the caller warms up on
     a small input first) and the median time of ``N`` more steps: ``repeats``, or as many as fit in
-    ``budget`` seconds judging by the first, clamped to ``[min_steps, max_steps]``."""
+    ``budget`` seconds judging by the first, clamped to ``[min_steps, max_steps]``.
+
+    ``device="cuda"``: each timed step ends with ``torch.cuda.synchronize()`` (kernels run
+    asynchronously: without it the clock would stop when they are queued), and the peak is the growth of
+    ``torch.cuda.max_memory_allocated`` during the first step (the caching allocator's own counter: the
+    tensors' bytes, not the driver's reservations)."""
     import gc
 
+    if device != "cpu":
+        return _measure_step_cuda(step, repeats, budget, min_steps, max_steps)
     gc.collect()
     reset = _reset_peak_rss()
     rss_before = _rss_bytes()
@@ -85,6 +92,32 @@ def measure_step(step, repeats: int | None = None, budget: float = 3.0, min_step
     return {"time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times], "repeats": n,
             "peak_mb": max(0, peak - rss_before) / MIB, "peak_source": source, "rss_before_mb": rss_before / MIB,
             "ru_maxrss_mb": ru_after / MIB, "vm_hwm_mb": None if hwm is None else hwm / MIB}
+
+
+def _measure_step_cuda(step, repeats: int | None, budget: float, min_steps: int, max_steps: int) -> dict[str, Any]:
+    """:func:`measure_step` on the current CUDA device."""
+    import gc
+
+    import torch
+
+    def timed() -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    first = timed()  # the memory measurement, also the warm-up for timing
+    peak = torch.cuda.max_memory_allocated()
+    n = repeats if repeats else max(min_steps, min(max_steps, int(budget / max(first, 1e-6))))
+    times = [timed() for _ in range(n)]
+    return {"time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times], "repeats": n,
+            "peak_mb": max(0, peak - before) / MIB, "peak_source": "torch.cuda.max_memory_allocated",
+            "allocated_before_mb": before / MIB}
 
 
 

@@ -322,21 +322,30 @@ def format_structure(results: list[dict[str, Any]], peak_gflops: float | None) -
     return lines, targets
 
 
-def measure_matmul_peak(size: int = 2048, repeats: int = 5, threads: int | None = None) -> dict[str, Any]:
-    """GFLOP/s of a square ``torch.matmul`` (fp32 and bf16), this process's threads."""
+def measure_matmul_peak(size: int = 2048, repeats: int = 5, threads: int | None = None,
+                        device: str = "cpu") -> dict[str, Any]:
+    """GFLOP/s of a square ``torch.matmul`` (fp32 and bf16), this process's threads, on ``device``
+    (CUDA: synchronised around each product; fp32 at the matmul precision torch defaults to there, full
+    fp32 without TF32)."""
     import torch
 
     if threads:
         torch.set_num_threads(threads)
 
+    def sync() -> None:
+        if device != "cpu":
+            torch.cuda.synchronize()
+
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        a, b = torch.randn(size, size, dtype=dtype, device=device), torch.randn(size, size, dtype=dtype, device=device)
         a @ b
         times = []
         for _ in range(repeats):
+            sync()
             start = time.perf_counter()
             a @ b
+            sync()
             times.append(time.perf_counter() - start)
         out[name] = 2 * size**3 / min(times) / 1e9
     out["threads"] = torch.get_num_threads()
