@@ -212,3 +212,19 @@ def test_core_structured_cells_default_to_every_cell_on_cpu_and_none_on_cuda(mon
     assert args.cells == []
     with pytest.raises(SystemExit, match="measure on CPU only; pass --cells none"):
         resolve_cells(argparse.Namespace(device="cuda", cells=["propagation"]))
+
+
+def test_fused_sdpa_backends_are_named_from_their_aten_ops():
+    """The CUDA backends cannot run here; their op names can (an H200 ran cuDNN's for bf16, which the
+    report once called ``math``)."""
+    import torch
+
+    from seqattn.bench.measure import fused_sdpa_backend
+
+    aten = torch.ops.aten
+    assert fused_sdpa_backend(str(aten._scaled_dot_product_cudnn_attention.default)) == "cudnn"
+    assert fused_sdpa_backend(str(aten._scaled_dot_product_efficient_attention.default)) == "efficient"
+    assert fused_sdpa_backend(str(aten._scaled_dot_product_flash_attention.default)) == "flash"
+    assert fused_sdpa_backend(str(aten._scaled_dot_product_flash_attention_for_cpu.default)) == "flash"
+    assert fused_sdpa_backend(str(aten._scaled_dot_product_cudnn_attention_backward.default)) is None
+    assert fused_sdpa_backend(str(aten.mm.default)) is None

@@ -161,15 +161,28 @@ def run_cell_isolated(timeout: float, entry: Callable[[Any, dict[str, Any]], Non
     return result
 
 
+FUSED_SDPA = ("flash", "efficient", "cudnn")
+
+
+def fused_sdpa_backend(op_name: str) -> str | None:
+    """The fused SDPA backend an aten op's name is the forward of (``flash`` / ``efficient`` / ``cudnn``:
+    ``aten._scaled_dot_product_{flash,efficient,cudnn}_attention[_for_cpu]``), or None (any other op,
+    backward ops included)."""
+    if "backward" in op_name:
+        return None
+    return next((b for b in FUSED_SDPA if f"{b}_attention" in op_name), None)
+
+
 def sdpa_backends(step: Callable[[], None]) -> str:
-    """Which SDPA backends one ``step`` ran: ``flash`` / ``efficient`` (fused aten ops dispatched),
-    ``math`` (``F.scaled_dot_product_attention`` calls that dispatched no fused op: the unfused
-    fallback), ``-`` (no SDPA at all)."""
+    """Which SDPA backends one ``step`` ran: ``flash`` / ``efficient`` / ``cudnn`` (fused aten ops
+    dispatched; cuDNN's is the one torch picks for bf16 on recent NVIDIA GPUs), ``math``
+    (``F.scaled_dot_product_attention`` calls that dispatched no fused op: the unfused fallback), ``-``
+    (no SDPA at all)."""
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    counts = {"sdpa": 0, "flash": 0, "efficient": 0}
+    counts = {"sdpa": 0, **dict.fromkeys(FUSED_SDPA, 0)}
 
     class Calls(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -179,17 +192,15 @@ def sdpa_backends(step: Callable[[], None]) -> str:
 
     class Ops(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = str(func)
-            if "flash_attention" in name and "backward" not in name:
-                counts["flash"] += 1
-            elif "efficient_attention" in name and "backward" not in name:
-                counts["efficient"] += 1
+            backend = fused_sdpa_backend(str(func))
+            if backend:
+                counts[backend] += 1
             return func(*args, **(kwargs or {}))
 
     with Calls(), Ops():
         step()
-    found = [k for k in ("flash", "efficient") if counts[k]]
-    if counts["sdpa"] > counts["flash"] + counts["efficient"]:
+    found = [k for k in FUSED_SDPA if counts[k]]
+    if counts["sdpa"] > sum(counts[k] for k in FUSED_SDPA):
         found.append("math")
     return "+".join(found) or "-"
 
