@@ -91,7 +91,7 @@ class SequenceLabeling(Objective):
     """Cross-entropy per token; token accuracy (micro) and macro-F1 over labeled tokens."""
 
     def __init__(self, *args, label_smoothing: float = 0.0, consistency: float = 0.0,
-                 consistency_temperature: float = 0.5, **kwargs) -> None:
+                 consistency_temperature: float = 0.5, consistency_views: int = 2, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
@@ -100,8 +100,12 @@ class SequenceLabeling(Objective):
             raise ValueError(f"consistency must be a weight >= 0 (0 = off), got {consistency!r}")
         if not 0.0 < float(consistency_temperature) <= 1.0:
             raise ValueError(f"consistency_temperature must lie in (0, 1], got {consistency_temperature!r}")
-        #: weight of the two-view consistency term over every real token (module docstring); 0 = off
+        if isinstance(consistency_views, bool) or not isinstance(consistency_views, int) or consistency_views < 2:
+            raise ValueError(f"consistency_views must be an int >= 2 (dropout views per step), got {consistency_views!r}")
+        #: weight of the consistency term over every real token (module docstring); 0 = off
         self.consistency, self.consistency_temperature = float(consistency), float(consistency_temperature)
+        #: views per training step when ``consistency > 0`` (GRAND's S; each one more forward and backward)
+        self.consistency_views = consistency_views
         self.test_confusion = MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX)
         self.confusion_matrix: torch.Tensor | None = None  # [C, C] counts (row true, column predicted)
         names = tuple(self.spec.subsets) if self.spec is not None else ()
@@ -242,21 +246,24 @@ class SequenceLabeling(Objective):
         return loss
 
     def _with_consistency(self, ce: torch.Tensor, out: dict, batch: dict) -> torch.Tensor:
-        """A second view of ``batch`` (the network again, its own dropout draws): the mean of both views'
-        cross-entropies + ``consistency`` × :func:`sharpened_consistency` of the two views' ``logits [B, L, C]``
-        over the real tokens ``out["mask"] [B, L]``."""
+        """``consistency_views - 1`` more views of ``batch`` (the network again, each with its own dropout
+        draws): the mean of the views' cross-entropies + ``consistency`` × :func:`sharpened_consistency` of
+        the views' ``logits [B, L, C]`` over the real tokens ``out["mask"] [B, L]``."""
         logits, labels = out["logits"], batch["labels"]
-        second = self(batch)["logits"]  # [B, L, C]
-        ce2 = F.cross_entropy(second.reshape(-1, second.shape[-1]), labels.flatten(), ignore_index=IGNORE_INDEX,
-                              label_smoothing=self.label_smoothing)
+        views, ces = [logits], [ce]
+        for _ in range(self.consistency_views - 1):
+            view = self(batch)["logits"]  # [B, L, C]
+            views.append(view)
+            ces.append(F.cross_entropy(view.reshape(-1, view.shape[-1]), labels.flatten(),
+                                       ignore_index=IGNORE_INDEX, label_smoothing=self.label_smoothing))
         mask = out.get("mask")
         if mask is None:
             mask = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device)
-        agree = sharpened_consistency([logits, second], mask, self.consistency_temperature)
+        agree = sharpened_consistency(views, mask, self.consistency_temperature)
         if self._trainer is not None:  # called from a training loop
             self.log("train/loss_consistency", agree.detach(), on_step=False, on_epoch=True,
                      batch_size=int(mask.sum()))
-        return (ce + ce2) / 2 + self.consistency * agree
+        return torch.stack(ces).mean() + self.consistency * agree
 
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         return out["logits"].argmax(-1).flatten(), batch["labels"].flatten()  # [B·L], [B·L]

@@ -75,8 +75,29 @@ def test_labeling_with_consistency_trains_two_views_over_every_real_token():
     torch.testing.assert_close(model.loss(out, batch), ce(out["logits"]))
 
 
+def test_labeling_with_four_consistency_views_averages_four_forwards():
+    """``consistency_views=4``: the mean of four views' cross-entropies + λ · consistency of all four, each view
+    a fresh forward in turn."""
+    net = dict(NET, encoder=dict(NET["encoder"], dropout=0.5))
+    model = SequenceLabeling(net=net, labels=["a", "b", "c"], consistency=1.5, consistency_views=4)
+    batch = _batch()
+    model.train()
+    torch.manual_seed(7)
+    loss = model.loss(model(batch), batch)
+    torch.manual_seed(7)
+    views = [model(batch)["logits"] for _ in range(4)]
+    assert not torch.allclose(views[2], views[3])
+    labels = batch["labels"].flatten()
+    ce = lambda lg: torch.nn.functional.cross_entropy(lg.reshape(-1, 3), labels, ignore_index=IGNORE_INDEX)  # noqa: E731
+    want = sum(ce(v) for v in views) / 4 + 1.5 * sharpened_consistency(views, batch["mask"], 0.5)
+    torch.testing.assert_close(loss, want)
+    # three views would be another number
+    assert not torch.allclose(loss, sum(ce(v) for v in views[:3]) / 3 + 1.5 * sharpened_consistency(views[:3], batch["mask"], 0.5))
+
+
 def test_consistency_settings_are_checked():
-    for bad in (dict(consistency=-1.0), dict(consistency_temperature=0.0), dict(consistency_temperature=2.0)):
+    for bad in (dict(consistency=-1.0), dict(consistency_temperature=0.0), dict(consistency_temperature=2.0),
+                dict(consistency_views=1), dict(consistency_views=2.0), dict(consistency_views=True)):
         with pytest.raises(ValueError, match="consistency"):
             SequenceLabeling(net=NET, labels=["a", "b", "c"], **bad)
     with pytest.raises(ValueError, match="consistency"):
