@@ -66,10 +66,14 @@ def test_threads_suite_tiny(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("$ python -m seqattn.bench threads --tasks text_cls")  # the command, with the table
     cells = json.loads(js.read_text())["cells"]
-    assert [(c["condition"], c["threads"], c["status"]) for c in cells] == [("alone", "1", "ok"), ("busy", "1", "ok")]
+    # an untimed warm-up first (2 steps: it builds the data caches), then the timed arms
+    assert [(c["condition"], c["threads"], c["status"]) for c in cells] == [
+        ("warmup", "1", "ok"), ("alone", "1", "ok"), ("busy", "1", "ok")]
     assert all(c["wall_s"] > 0 and c["parameters"] > 0 and "cpu_threads=1" in c["command"] for c in cells)
+    assert "trainer.max_steps=2" in cells[0]["command"] and "not timed" in proc.stdout
     header, body = _table(proc.stdout)
     assert header[:4] == ["task", "parameters", "1 thr alone s", "1 thr busy s"] and body[0][0] == "text_cls"
+    assert body[0][2] == f"{cells[1]['wall_s']:.1f}" and body[0][3] == f"{cells[2]['wall_s']:.1f}"  # not the warm-up's
     assert body[0][header.index("auto picks (alone/busy)")] == "1/1"  # the tiny network: one thread
 
 
