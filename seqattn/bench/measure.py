@@ -83,15 +83,25 @@ def measure_step(step, repeats: int | None = None, budget: float = 3.0, min_step
         peak, source = ru_after, "ru_maxrss"
     else:
         peak, source = hwm, "VmHWM"  # ru_maxrss still shows the high-water mark inherited from the parent
+    return {**_timed_steps(step, first, repeats, budget, min_steps, max_steps),
+            "peak_mb": max(0, peak - rss_before) / MIB, "peak_source": source, "rss_before_mb": rss_before / MIB,
+            "ru_maxrss_mb": ru_after / MIB, "vm_hwm_mb": None if hwm is None else hwm / MIB}
+
+
+def _timed_steps(step, first: float, repeats: int | None, budget: float, min_steps: int, max_steps: int,
+                 sync: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """The median of ``N`` timed ``step()`` calls (``sync()`` before the clock starts and before it stops):
+    ``repeats``, or as many as fit in ``budget`` seconds judging by the ``first`` step's seconds, clamped to
+    ``[min_steps, max_steps]``."""
     n = repeats if repeats else max(min_steps, min(max_steps, int(budget / max(first, 1e-6))))
     times = []
     for _ in range(n):
+        sync()
         start = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - start)
-    return {"time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times], "repeats": n,
-            "peak_mb": max(0, peak - rss_before) / MIB, "peak_source": source, "rss_before_mb": rss_before / MIB,
-            "ru_maxrss_mb": ru_after / MIB, "vm_hwm_mb": None if hwm is None else hwm / MIB}
+    return {"time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times], "repeats": n}
 
 
 def _measure_step_cuda(step, repeats: int | None, budget: float, min_steps: int, max_steps: int) -> dict[str, Any]:
@@ -100,22 +110,16 @@ def _measure_step_cuda(step, repeats: int | None, budget: float, min_steps: int,
 
     import torch
 
-    def timed() -> float:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        return time.perf_counter() - start
-
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    first = timed()  # the memory measurement, also the warm-up for timing
+    start = time.perf_counter()
+    step()  # the memory measurement, also the warm-up for timing
+    torch.cuda.synchronize()
+    first = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated()
-    n = repeats if repeats else max(min_steps, min(max_steps, int(budget / max(first, 1e-6))))
-    times = [timed() for _ in range(n)]
-    return {"time_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times], "repeats": n,
+    return {**_timed_steps(step, first, repeats, budget, min_steps, max_steps, sync=torch.cuda.synchronize),
             "peak_mb": max(0, peak - before) / MIB, "peak_source": "torch.cuda.max_memory_allocated",
             "allocated_before_mb": before / MIB}
 

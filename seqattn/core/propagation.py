@@ -57,21 +57,20 @@ class GraphOperator:
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """``h [T, C]`` -> ``Â h [T, C]``."""
-        if self.sparse(h.dtype, h.device):
-            a, at = self.matrices(h.dtype)
-            if torch.is_grad_enabled() and h.requires_grad:
-                return _AddProduct.apply(None, h, a, at, 0.0, 1.0)
-            return _product(None, a, h, 0.0, 1.0)
-        return self._gathered(h)
+        return self.add_product(None, h)
 
-    def add_product(self, base: torch.Tensor, h: torch.Tensor, beta: float = 1.0, alpha: float = 1.0) -> torch.Tensor:
-        """``beta · base + alpha · Â h`` (``base``, ``h``: ``[T, C]``), one fused product on the sparse path."""
-        if self.sparse(h.dtype, h.device) and base.dtype == h.dtype:
+    def add_product(self, base: torch.Tensor | None, h: torch.Tensor, beta: float = 1.0,
+                    alpha: float = 1.0) -> torch.Tensor:
+        """``beta · base + alpha · Â h`` (``base``, ``h``: ``[T, C]``; ``base`` None: ``alpha · Â h``), one fused
+        product on the sparse path."""
+        if self.sparse(h.dtype, h.device) and (base is None or base.dtype == h.dtype):
             a, at = self.matrices(h.dtype)
-            if torch.is_grad_enabled() and (h.requires_grad or base.requires_grad):
+            if torch.is_grad_enabled() and (h.requires_grad or (base is not None and base.requires_grad)):
                 return _AddProduct.apply(base, h, a, at, float(beta), float(alpha))
             return _product(base, a, h, beta, alpha)
-        return beta * base + alpha * self._gathered(h)
+        out = self._gathered(h)
+        out = out if alpha == 1.0 else alpha * out
+        return out if base is None else beta * base + out
 
     def _gathered(self, h: torch.Tensor) -> torch.Tensor:
         """``Â h`` by gathering the source rows, weighting them and adding them into the targets."""

@@ -14,8 +14,8 @@ Distillation (:mod:`seqattn.objectives.distill`): with a teacher set (``distilla
 loss is ``alpha · T² · KL(teacher_T ‖ student_T) + (1 − alpha) · CE`` over the labeled positions.
 
 Consistency (:mod:`seqattn.objectives.consistency`, ``consistency > 0``, labeling only): each training step runs
-the network twice (two dropout draws); the loss is the mean of the two views' cross-entropies plus
-``consistency`` × the squared distance of each view's probabilities from their sharpened mean
+the network ``consistency_views`` times (2 by default; each its own dropout draws); the loss is the mean of the
+views' cross-entropies plus ``consistency`` × the squared distance of each view's probabilities from their sharpened mean
 (``consistency_temperature``), over every real token, labeled or not (GRAND's regularisation: few labels).
 
 Metrics: accuracy (micro: over labeled tokens), macro-F1; at test time the per-class accuracy
