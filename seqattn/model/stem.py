@@ -5,8 +5,10 @@ pattern one mel bin higher" or of the neighbouring frames. Speech transformers p
 front for that (Conformer's conv subsampling, AST's patches). :class:`SpectrogramStem` runs the first
 blocks of the log-mel CNN baseline (:class:`~seqattn.model.baselines.SpectrogramCNN`: 2-D convolutions
 over the ``[frames x mel bins]`` map the adapter keeps in ``tokens.extra["features"]``) and adds their
-output to each frame's vector; the encoder then attends over these frames. One token per frame: the
-mask, the sequence length and a padded batch's per-item outputs are unchanged.
+output to each frame's vector; the encoder then attends over these frames. One token per frame by default
+(the mask and the sequence length unchanged); ``time_factor=k`` merges every k frames after the CNN
+(:class:`~seqattn.model.subsample.TimeSubsampling`), so the encoder runs on a k-th of the tokens. Either way a
+padded batch's per-item outputs equal each item's alone.
 
 ``SequenceModel(subsample=SpectrogramStem(dim))`` applies it (config: ``net.subsample``).
 """
@@ -17,6 +19,7 @@ from torch import nn
 
 from seqattn.core.tokens import Tokens
 from seqattn.model.baselines import SpectrogramCNN
+from seqattn.model.subsample import TimeSubsampling
 
 
 class SpectrogramStem(nn.Module):
@@ -35,15 +38,22 @@ class SpectrogramStem(nn.Module):
         kernel_size: odd k of the k×k convolutions.
         freq_out: frequency bins left after the blocks (averaged).
         dropout: before the projection.
+        time_factor: k >= 1: after the CNN, every k frames become one token
+            (:class:`~seqattn.model.subsample.TimeSubsampling`, ``time_mode``): ``[B, F, D] -> [B, ceil(F/k), D]``,
+            so attention and the layers after it run on a k-th of the frames (1 = one token per frame).
+        time_mode: ``stack`` | ``conv`` (TimeSubsampling's modes).
     """
 
     def __init__(self, dim: int, channels: tuple[int, ...] | list[int] = (16, 32),
                  dilations: tuple[int, ...] | list[int] = (1, 2), kernel_size: int = 3, freq_out: int = 4,
-                 dropout: float = 0.1) -> None:
+                 dropout: float = 0.1, time_factor: int = 1, time_mode: str = "stack") -> None:
         super().__init__()
         self.dim = dim
         self.cnn = SpectrogramCNN(dim, channels=channels, dilations=dilations, kernel_size=kernel_size,
                                   freq_out=freq_out, dropout=dropout)
+        if isinstance(time_factor, bool) or not isinstance(time_factor, int) or time_factor < 1:
+            raise ValueError(f"time_factor must be an int >= 1 (frames per token), got {time_factor!r}")
+        self.time = TimeSubsampling(dim, time_factor, time_mode) if time_factor > 1 else None
 
     def forward(self, tokens: Tokens) -> Tokens:
         if not isinstance(tokens, Tokens):
@@ -56,4 +66,5 @@ class SpectrogramStem(nn.Module):
             raise ValueError("SpectrogramStem reads the adapter's frame features (tokens.extra['features'] "
                              f"[B, F, C]); this adapter's tokens carry only {sorted(tokens.extra or {})}")
         x = self.cnn(tokens)  # [B, F, D], padding zeroed
-        return Tokens(x=x, mask=tokens.mask, extra=dict(tokens.extra))
+        out = Tokens(x=x, mask=tokens.mask, extra=dict(tokens.extra))
+        return out if self.time is None else self.time(out)  # [B, ceil(F/k), D]

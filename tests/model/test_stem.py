@@ -55,3 +55,30 @@ def test_the_stem_trains_inside_a_sequence_model_and_refuses_what_it_cannot_conv
     with pytest.raises(ValueError, match="plain frame sequences"):
         stem(prepend_global_token(Tokens(torch.randn(1, 5, 16), extra={"features": torch.randn(1, 5, 40)}),
                                   torch.zeros(16)))
+
+
+def test_time_factor_merges_frames_after_the_cnn_and_a_padded_batch_still_equals_each_clip_alone():
+    torch.manual_seed(0)
+    adapter = AudioAdapter(16).eval()
+    stem = SpectrogramStem(16, channels=(4, 8), dilations=(1, 2), time_factor=2).eval()
+    short, long = torch.randn(3000) * 0.1, torch.randn(8000) * 0.1
+    wave = torch.zeros(2, 8000)
+    wave[0, :3000], wave[1] = short, long
+    with torch.no_grad():
+        tokens = adapter(wave, torch.tensor([3000, 8000]))
+        out = stem(tokens)
+        alone = stem(adapter(short[None], torch.tensor([3000])))
+        frames = tokens.mask.sum(1)
+        # the same as the CNN's per-frame tokens merged by TimeSubsampling with the stem's own projection
+        per_frame = stem.cnn(tokens)
+        expected = stem.time(Tokens(x=per_frame, mask=tokens.mask, extra=dict(tokens.extra)))
+    assert out.x.shape[1] == (tokens.x.shape[1] + 1) // 2
+    assert out.mask.sum(1).tolist() == ((frames + 1) // 2).tolist()  # ceil(frames / 2) real tokens per clip
+    torch.testing.assert_close(out.x, expected.x)
+    n = alone.x.shape[1]
+    torch.testing.assert_close(out.x[0, :n], alone.x[0], rtol=1e-5, atol=1e-5)
+    assert not out.x[0, n:].any()
+    assert out.extra["subsample"] == 2
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="time_factor"):
+            SpectrogramStem(16, time_factor=bad)
