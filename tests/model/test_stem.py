@@ -11,16 +11,22 @@ from seqattn.model.stem import SpectrogramStem
 from seqattn.modalities.audio.adapter import AudioAdapter
 
 
-def test_one_token_per_frame_and_a_padded_batch_equals_each_clip_alone():
+def _two_clips(stem):
+    """A padded batch of a short and a long clip through ``AudioAdapter(16)`` and ``stem`` (eval, no grad):
+    ``(adapter tokens, stem output, the stem's output for the short clip alone)``."""
     torch.manual_seed(0)
-    adapter, stem = AudioAdapter(16).eval(), SpectrogramStem(16, channels=(4, 8), dilations=(1, 2)).eval()
+    adapter, stem = AudioAdapter(16).eval(), stem.eval()
     short, long = torch.randn(3000) * 0.1, torch.randn(8000) * 0.1
     wave = torch.zeros(2, 8000)
     wave[0, :3000], wave[1] = short, long
     with torch.no_grad():
         tokens = adapter(wave, torch.tensor([3000, 8000]))
-        out = stem(tokens)
-        alone = stem(adapter(short[None], torch.tensor([3000])))
+        return tokens, stem(tokens), stem(adapter(short[None], torch.tensor([3000])))
+
+
+def test_one_token_per_frame_and_a_padded_batch_equals_each_clip_alone():
+    torch.manual_seed(0)
+    tokens, out, alone = _two_clips(SpectrogramStem(16, channels=(4, 8), dilations=(1, 2)))
     assert out.x.shape == tokens.x.shape and torch.equal(out.mask, tokens.mask)
     n = alone.x.shape[1]
     torch.testing.assert_close(out.x[0, :n], alone.x[0], rtol=1e-5, atol=1e-5)
@@ -59,16 +65,10 @@ def test_the_stem_trains_inside_a_sequence_model_and_refuses_what_it_cannot_conv
 
 def test_time_factor_merges_frames_after_the_cnn_and_a_padded_batch_still_equals_each_clip_alone():
     torch.manual_seed(0)
-    adapter = AudioAdapter(16).eval()
-    stem = SpectrogramStem(16, channels=(4, 8), dilations=(1, 2), time_factor=2).eval()
-    short, long = torch.randn(3000) * 0.1, torch.randn(8000) * 0.1
-    wave = torch.zeros(2, 8000)
-    wave[0, :3000], wave[1] = short, long
+    stem = SpectrogramStem(16, channels=(4, 8), dilations=(1, 2), time_factor=2)
+    tokens, out, alone = _two_clips(stem)
+    frames = tokens.mask.sum(1)
     with torch.no_grad():
-        tokens = adapter(wave, torch.tensor([3000, 8000]))
-        out = stem(tokens)
-        alone = stem(adapter(short[None], torch.tensor([3000])))
-        frames = tokens.mask.sum(1)
         # the same as the CNN's per-frame tokens merged by TimeSubsampling with the stem's own projection
         per_frame = stem.cnn(tokens)
         expected = stem.time(Tokens(x=per_frame, mask=tokens.mask, extra=dict(tokens.extra)))
