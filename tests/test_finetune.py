@@ -319,3 +319,18 @@ def test_a_checkpoint_without_the_conv_stem_names_the_stem_and_the_model_without
     again = _objective(compose(overrides + ["model=transformer"], tmp_path / "again", workflow_data_dir))
     report = init_from_state(again, bare.state_dict(), bare.labels, resize_positional_table=True)
     assert report["loaded"] and not any("subsample" in n for n in report["loaded"])
+
+
+def test_a_stem_checkpoint_with_a_token_per_frame_names_the_time_factor(tmp_path, workflow_data_dir):
+    """A speech_cls checkpoint whose stem kept a token per frame (time_factor=1, the default before 2026-12-04)
+    lacks the frame-stacking tensors of today's default: the error names net.subsample.time_factor, not a model
+    without a stem; with the option it loads, stem included."""
+    overrides = TASKS["speech_cls"].overrides + QUIET
+    per_frame = _objective(compose(overrides + ["net.subsample.time_factor=1"], tmp_path / "old", workflow_data_dir))
+    pairs = _objective(compose(overrides, tmp_path / "new", workflow_data_dir))
+    with pytest.raises(ValueError, match=r"net\.subsample\.time\..*not in the checkpoint(.|\n)*time_factor=1") as err:
+        init_from_state(pairs, per_frame.state_dict(), per_frame.labels, resize_positional_table=True)
+    assert "model=transformer" not in str(err.value)
+    again = _objective(compose(overrides + ["net.subsample.time_factor=1"], tmp_path / "again", workflow_data_dir))
+    report = init_from_state(again, per_frame.state_dict(), per_frame.labels, resize_positional_table=True)
+    assert any(n.startswith("net.subsample.cnn.") for n in report["loaded"])

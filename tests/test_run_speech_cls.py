@@ -64,7 +64,8 @@ def test_tiny_run_learns_and_reports_per_speaker_accuracy(tiny_run):
 
 
 def test_figures_are_written_with_the_class_names(tiny_run, tmp_path):
-    from seqattn.modalities.audio.viz import plot_clip_classification
+    from seqattn.modalities.audio.viz import clip_frames, plot_clip_classification
+    from seqattn.viz import first_test_batch
 
     run = tiny_run("speech_cls")
     model = seqattn.load(run.best).model
@@ -72,6 +73,16 @@ def test_figures_are_written_with_the_class_names(tiny_run, tmp_path):
     path = plot_clip_classification(model, datamodule, tmp_path)
     assert path == tmp_path / "confusion_matrix.png" and path.stat().st_size > 10_000
     assert (tmp_path / "test_clip.png").stat().st_size > 10_000
+    # the clip panel reads every frame of the clip, not one per token: the default stem stacks frame pairs
+    batch = first_test_batch(datamodule)
+    model.eval()
+    with torch.no_grad():
+        out = model.net(batch, return_attention=[-1])  # as the figure calls it: the encoder's tokens come back
+        tokens = out["tokens"]
+        feats, k = clip_frames(model, batch, tokens, 1)
+        frames = model.net.adapter(**{name: batch[name] for name in model.net.input_names}).mask[1].sum()
+    assert k == 2 and len(feats) == int(frames)
+    assert int(out["mask"][1].sum()) - tokens.num_global == (len(feats) + 1) // 2
 
 
 def test_predict_one_clip_gives_its_label_and_every_class_probability(tiny_run, tmp_path):

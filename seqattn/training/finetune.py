@@ -249,9 +249,14 @@ def init_from_state(
     if problems:
         hint = ("; a learned positional table of another length is resized only with "
                 "finetune.resize_positional=true" if not resize_positional_table else "")
-        if any(p.startswith(f"{NET}subsample.") and "not in the checkpoint" in p for p in problems):
+        front = [p for p in problems if p.startswith(f"{NET}subsample.")]
+        if front and not any(name.startswith(f"{NET}subsample.") for name in source):
             hint += ("; the checkpoint has no front end between adapter and encoder (net.subsample): choose a model "
                      "without one (e.g. model=transformer, not model=stem_transformer)")
+        elif front:
+            hint += ("; the checkpoint's front end (net.subsample) is built otherwise than this model's: set its "
+                     "options as the checkpoint was trained (a speech_cls checkpoint from before 2026-12-04 kept a "
+                     "token per frame: net.subsample.time_factor=1)")
         raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head and the "
                          f"vocabulary rows may differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
     with torch.no_grad():

@@ -152,16 +152,19 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
     out = model.net(batch, return_attention=[layer])
     tokens = out["tokens"]
     g = tokens.num_global
-    n = int(out["mask"][index].sum()) - g
-    feats = tokens.extra.get("features", tokens.x[:, g:])[index, :n].float().cpu().numpy()  # [F, C]
+    n = int(out["mask"][index].sum()) - g  # the network's tokens of the clip
+    feats, k = clip_frames(model, batch, tokens, index)  # [F, C]; k frames per token
     probs = out["logits"][index].float().softmax(-1).cpu()
     true = int(batch["labels"][index])
     fig = plt.figure(figsize=(11, 8.5), constrained_layout=True)
     grid = fig.add_gridspec(3, 2, height_ratios=[2.0, 0.6, 3.2], width_ratios=[4, 1.3])
     ax = fig.add_subplot(grid[0, 0])
-    ax.imshow(feats.T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
+    # in token units, so the frames line up with the token panels below (k frames per token)
+    ax.imshow(feats.T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest",
+              extent=(-0.5, len(feats) / k - 0.5, -0.5, feats.shape[1] - 0.5))
     ax.set_ylabel("feature")
-    ax.set_title(f"test clip {batch['ids'][index]}: {n} frames, true '{names[true]}'")
+    tokens_said = f" ({n} tokens of {k} frames)" if k > 1 else ""
+    ax.set_title(f"test clip {batch['ids'][index]}: {len(feats)} frames{tokens_said}, true '{names[true]}'")
     ax = fig.add_subplot(grid[1, 0])
     head = model.net.head
     attention = out.get("attention")
@@ -199,9 +202,26 @@ def plot_clip_classification(model, datamodule, out_dir: str | Path, index: int 
     return confusion
 
 
+def clip_frames(model, batch: dict, tokens, index: int) -> tuple[np.ndarray, int]:
+    """The adapter's frame features of item ``index`` and the frames per network token:
+    ``(features [F, C], k)``. ``tokens`` are the tokens the encoder saw (``out["tokens"]``): with a time
+    subsampling (``extra["subsample"] = k``) they are ``ceil(F / k)`` per clip while ``extra["features"]``
+    keeps every frame, so the real frames are counted on the adapter's own mask. Without features: the
+    token vectors themselves, ``k = 1``."""
+    g = tokens.num_global
+    k = int(tokens.extra.get("subsample", 1))
+    if "features" not in tokens.extra:
+        n = int(tokens.mask[index].sum()) - g if tokens.mask is not None else tokens.x.shape[1] - g
+        return tokens.x[index, g:g + n].float().cpu().numpy(), 1
+    frames = model.net.adapter(**{name: batch[name] for name in model.net.input_names}).mask
+    n_frames = int(frames[index].sum()) if frames is not None else tokens.extra["features"].shape[1]
+    return tokens.extra["features"][index, :n_frames].float().cpu().numpy(), k
+
+
 def _attention_panel(fig, ax, attn, model, layer: int, colorbar_width: float) -> None:
-    """Frame-by-frame attention ``attn [F, F]`` (mean over heads) on ``ax``, or a note that the
-    encoder has none (``attn`` None). ``aspect="auto"``: key frames line up with the panels above."""
+    """Token-by-token attention ``attn [F', F']`` (mean over heads; a token per network frame, after any time
+    subsampling) on ``ax``, or a note that the encoder has none (``attn`` None). ``aspect="auto"``: key tokens
+    line up with the panels above."""
     if attn is None:
         ax.text(0.5, 0.5, f"{type(model.net.encoder).__name__} has no attention", ha="center", va="center")
         ax.set_axis_off()
@@ -210,5 +230,5 @@ def _attention_panel(fig, ax, attn, model, layer: int, colorbar_width: float) ->
     fig.colorbar(image, cax=ax.inset_axes([1.01, 0.0, colorbar_width, 1.0]))
     name = "last layer" if layer == -1 else f"layer {layer}"
     ax.set_title(f"attention of the {name}, mean over heads")
-    ax.set_xlabel("key frame")
-    ax.set_ylabel("query frame")
+    ax.set_xlabel("key token")
+    ax.set_ylabel("query token")
