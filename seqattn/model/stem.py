@@ -51,9 +51,7 @@ class SpectrogramStem(nn.Module):
         self.dim = dim
         self.cnn = SpectrogramCNN(dim, channels=channels, dilations=dilations, kernel_size=kernel_size,
                                   freq_out=freq_out, dropout=dropout)
-        if isinstance(time_factor, bool) or not isinstance(time_factor, int) or time_factor < 1:
-            raise ValueError(f"time_factor must be an int >= 1 (frames per token), got {time_factor!r}")
-        self.time = TimeSubsampling(dim, time_factor, time_mode) if time_factor > 1 else None
+        self.time = TimeSubsampling(dim, time_factor, time_mode)  # the identity (no parameters) for 1
 
     def forward(self, tokens: Tokens) -> Tokens:
         if not isinstance(tokens, Tokens):
@@ -67,4 +65,4 @@ class SpectrogramStem(nn.Module):
                              f"[B, F, C]); this adapter's tokens carry only {sorted(tokens.extra or {})}")
         x = self.cnn(tokens)  # [B, F, D], padding zeroed
         out = Tokens(x=x, mask=tokens.mask, extra=dict(tokens.extra))
-        return out if self.time is None else self.time(out)  # [B, ceil(F/k), D]
+        return self.time(out)  # [B, ceil(F/k), D]

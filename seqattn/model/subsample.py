@@ -42,8 +42,8 @@ class TimeSubsampling(nn.Module):
 
     def __init__(self, dim: int, factor: int = 2, mode: str = "stack", dropout: float = 0.0) -> None:
         super().__init__()
-        if not isinstance(factor, int) or factor < 1:
-            raise ValueError(f"factor must be an int >= 1, got {factor!r}")
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise ValueError(f"factor must be an int >= 1 (frames per token), got {factor!r}")
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {MODES}")
         if dim <= 0:

@@ -80,5 +80,5 @@ def test_time_factor_merges_frames_after_the_cnn_and_a_padded_batch_still_equals
     assert not out.x[0, n:].any()
     assert out.extra["subsample"] == 2
     for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match="time_factor"):
+        with pytest.raises(ValueError, match=r"factor must be an int >= 1"):
             SpectrogramStem(16, time_factor=bad)
