@@ -1,5 +1,5 @@
-"""Training-only audio augmentation, inside the adapter: random crop and time shift, additive noise at
-a random SNR (on the waveform), vocal tract length perturbation (a per-clip frequency warp of the power
+"""Training-only audio augmentation, inside the adapter: speed perturbation (a clip resampled by a
+factor drawn from a few, Ko et al. 2015), random crop and time shift, additive noise at a random SNR (on the waveform), vocal tract length perturbation (a per-clip frequency warp of the power
 spectrum, VTLP), SpecAugment time and frequency masks (on the frame features).
 
 It lives in the adapter (:class:`AugmentedAudioAdapter`, active only while ``self.training``), not
@@ -15,6 +15,8 @@ Letters: b batch, t samples, f frames, c feature dim.
 from __future__ import annotations
 
 from typing import Sequence
+
+import math
 
 import torch
 import torchaudio
@@ -37,11 +39,24 @@ class WaveAugment(nn.Module):
         noise_p: probability that a clip gets white noise added.
         snr_db: ``[low, high]``: the noise's signal-to-noise ratio, uniform in dB.
         min_samples: the shortest clip a crop may leave (one analysis window).
+        speed: speed perturbation (first, before the crop): each clip plays at a factor drawn uniformly
+            from this list, e.g. ``[0.9, 1.0, 1.1]`` (Kaldi's three): a factor ``s`` resamples the clip
+            from ``sample_rate * s`` to ``sample_rate`` Hz (``torchaudio.functional.resample``), so it
+            lasts ``1/s`` as long and its pitch and formants move by ``s``; lengths become
+            ``ceil(length / s)`` and the batch's padded width the longest of them. Empty = off.
     """
 
     def __init__(self, sample_rate: int = 16000, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
-                 snr_db: Sequence[float] = (10.0, 30.0), min_samples: int = 1) -> None:
+                 snr_db: Sequence[float] = (10.0, 30.0), min_samples: int = 1, speed: Sequence[float] = ()) -> None:
         super().__init__()
+        if isinstance(speed, (int, float)) or any(isinstance(v, bool) or not 0.5 <= float(v) <= 2.0 for v in speed):
+            raise ValueError(f"speed={speed} must be a list of factors in [0.5, 2], e.g. [0.9, 1.0, 1.1] (empty = off)")
+        self.sample_rate = int(sample_rate)
+        self.speed = [float(v) for v in speed]
+        for v in self.speed:
+            if abs(self.sample_rate * v - round(self.sample_rate * v)) > 1e-6:
+                raise ValueError(f"speed factor {v} times sample_rate={sample_rate} is not a whole rate in Hz "
+                                 "(the clip is resampled from sample_rate * factor)")
         if not 0.0 < crop <= 1.0:
             raise ValueError(f"crop={crop} must be in (0, 1]: the smallest share of a clip a crop keeps")
         if shift_ms < 0:
@@ -57,11 +72,43 @@ class WaveAugment(nn.Module):
 
     @property
     def active(self) -> bool:
-        return self.crop < 1.0 or self.shift > 0 or self.noise_p > 0
+        return self.crop < 1.0 or self.shift > 0 or self.noise_p > 0 or self.perturbs_speed
+
+    @property
+    def perturbs_speed(self) -> bool:
+        return any(v != 1.0 for v in self.speed)
+
+    def change_speed(self, waveform: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``waveform [B, T]``, ``lengths [B]`` -> ``[B, T']``, ``[B]``: each clip resampled by a factor
+        drawn from ``speed`` (clips of one factor resampled together); padding zero."""
+        b, t = waveform.shape
+        pick = torch.randint(len(self.speed), (b,), device=waveform.device)  # [B] index into speed
+        parts, new_lengths = [], lengths.clone()
+        for k, factor in enumerate(self.speed):
+            rows = torch.nonzero(pick == k).flatten()
+            if rows.numel() == 0:
+                continue
+            if factor == 1.0:
+                parts.append((rows, waveform[rows]))
+                continue
+            orig, new = round(self.sample_rate * factor), self.sample_rate
+            g = math.gcd(orig, new)
+            parts.append((rows, torchaudio.functional.resample(waveform[rows], orig // g, new // g)))
+            new_lengths[rows] = torch.div(lengths[rows] * new + orig - 1, orig, rounding_mode="floor")  # ceil
+        width = max(int(new_lengths.max()), 1)
+        out = waveform.new_zeros(b, width)
+        for rows, wave in parts:
+            n = min(wave.shape[1], width)
+            out[rows, :n] = wave[:, :n]
+        new_lengths = new_lengths.clamp(max=width)
+        out = out * (torch.arange(width, device=out.device)[None] < new_lengths[:, None])  # the resampler's tails
+        return out, new_lengths
 
     def forward(self, waveform: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t = waveform.shape
         lengths = lengths.long()
+        if self.perturbs_speed:
+            waveform, lengths = self.change_speed(waveform, lengths)
+        b, t = waveform.shape
         start = torch.zeros(b, dtype=torch.long, device=waveform.device)
         if self.crop < 1.0:
             share = self.crop + (1.0 - self.crop) * torch.rand(b, device=waveform.device)  # [B]
@@ -126,7 +173,7 @@ class AugmentedAudioAdapter(AudioAdapter):
     module docstring); in eval mode it computes exactly what ``AudioAdapter`` does (same parameters,
     same checkpoint keys, same exports).
 
-    Args (besides ``AudioAdapter``'s): ``crop``, ``shift_ms``, ``noise_p``, ``snr_db`` (:class:`WaveAugment`),
+    Args (besides ``AudioAdapter``'s): ``speed``, ``crop``, ``shift_ms``, ``noise_p``, ``snr_db`` (:class:`WaveAugment`),
     ``time_masks``, ``time_mask_frames``, ``freq_masks``, ``freq_mask_bins`` (:class:`SpecAugment`);
     ``warp``: each clip's frequency axis scaled by a factor drawn uniformly from ``[1 - warp, 1 + warp]``
     (:func:`~seqattn.modalities.audio.features.warp_frequencies`; 0 = off; logmel / mfcc features only).
@@ -140,7 +187,8 @@ class AugmentedAudioAdapter(AudioAdapter):
 
     def __init__(self, dim: int, *args, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
                  snr_db: Sequence[float] = (10.0, 30.0), time_masks: int = 0, time_mask_frames: int = 10,
-                 freq_masks: int = 0, freq_mask_bins: int = 8, warp: float = 0.0, **kwargs) -> None:
+                 freq_masks: int = 0, freq_mask_bins: int = 8, warp: float = 0.0, speed: Sequence[float] = (),
+                 **kwargs) -> None:
         super().__init__(dim, *args, **kwargs)
         if not 0.0 <= warp < 1.0:
             raise ValueError(f"warp={warp} must be in [0, 1): the largest change of a clip's frequency scale")
@@ -148,17 +196,19 @@ class AugmentedAudioAdapter(AudioAdapter):
             raise ValueError(f"warp={warp} needs a spectrum: features='raw' has none (use logmel or mfcc)")
         self.warp = float(warp)
         self.wave_augment = WaveAugment(self.features.sample_rate, crop, shift_ms, noise_p, snr_db,
-                                        min_samples=self.features.win)
+                                        min_samples=self.features.win, speed=speed)
         self.spec_augment = SpecAugment(time_masks, time_mask_frames, freq_masks, freq_mask_bins)
 
     def token_targets(self, batch):
-        """:meth:`AudioAdapter.token_targets`, refused while a crop or time shift is on: they move the
+        """:meth:`AudioAdapter.token_targets`, refused while a crop, a time shift or a speed change is on: they move the
         frames of a training forward away from the clean frames the targets come from (noise and
         SpecAugment keep the frames in place and are allowed)."""
-        if self.wave_augment.crop < 1.0 or self.wave_augment.shift > 0:
-            raise ValueError(f"masked-frame pretraining with adapter crop={self.wave_augment.crop} / shift_ms > 0: "
-                             "a crop or a time shift moves the frames away from their clean targets; use "
-                             "adapter=audio, or set adapter.crop=1 adapter.shift_ms=0")
+        wave = self.wave_augment
+        if wave.crop < 1.0 or wave.shift > 0 or wave.perturbs_speed:
+            raise ValueError(f"masked-frame pretraining with adapter crop={wave.crop} / shift_ms > 0 / "
+                             f"speed={wave.speed}: a crop, a time shift or a speed change moves the frames away "
+                             "from their clean targets; use adapter=audio, or set adapter.crop=1 adapter.shift_ms=0 "
+                             "adapter.speed=[]")
         return super().token_targets(batch)
 
     def forward(self, waveform: torch.Tensor, lengths: torch.Tensor | None = None):
