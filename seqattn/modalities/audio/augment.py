@@ -80,7 +80,8 @@ class WaveAugment(nn.Module):
 
     def change_speed(self, waveform: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``waveform [B, T]``, ``lengths [B]`` -> ``[B, T']``, ``[B]``: each clip resampled by a factor
-        drawn from ``speed`` (clips of one factor resampled together); padding zero."""
+        drawn from ``speed`` (clips of one factor resampled together); past each new length the
+        resampler's tails remain (``forward`` zeroes every clip's padding)."""
         b, t = waveform.shape
         pick = torch.randint(len(self.speed), (b,), device=waveform.device)  # [B] index into speed
         parts, new_lengths = [], lengths.clone()
@@ -100,9 +101,7 @@ class WaveAugment(nn.Module):
         for rows, wave in parts:
             n = min(wave.shape[1], width)
             out[rows, :n] = wave[:, :n]
-        new_lengths = new_lengths.clamp(max=width)
-        out = out * (torch.arange(width, device=out.device)[None] < new_lengths[:, None])  # the resampler's tails
-        return out, new_lengths
+        return out, new_lengths.clamp(max=width)
 
     def forward(self, waveform: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lengths = lengths.long()
@@ -122,7 +121,7 @@ class WaveAugment(nn.Module):
             offset = torch.randint(-self.shift, self.shift + 1, (b,), device=waveform.device)  # [B]
             pos = (pos - offset[:, None]) % lengths.clamp_min(1)[:, None]  # [B, T] rotated within the clip
         index = (start[:, None] + pos).clamp(max=t - 1)  # [B, T]
-        out = waveform.gather(1, index) * real  # [B, T], padding zero
+        out = waveform.gather(1, index) * real  # [B, T], padding zero (also a resampled clip's tail)
         if self.noise_p > 0:
             noise = torch.randn_like(out) * real  # [B, T]
             lo, hi = self.snr_db

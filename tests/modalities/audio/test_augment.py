@@ -1,6 +1,8 @@
-"""Training-only augmentation in the audio adapter: crop, shift, noise at an SNR, SpecAugment masks, VTLP."""
+"""Training-only augmentation in the audio adapter: speed, crop, shift, noise at an SNR, SpecAugment masks, VTLP."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from seqattn.modalities.audio.adapter import AudioAdapter
 from seqattn.modalities.audio.augment import AugmentedAudioAdapter, SpecAugment, WaveAugment
 from seqattn.modalities.audio.features import AudioFeatures, warp_frequencies
 
-ALL = dict(crop=0.8, shift_ms=50, noise_p=1.0, snr_db=(5, 20), time_masks=2, time_mask_frames=8, freq_masks=2,
+ALL = dict(speed=(0.9, 1.0, 1.1), crop=0.8, shift_ms=50, noise_p=1.0, snr_db=(5, 20), time_masks=2, time_mask_frames=8, freq_masks=2,
            freq_mask_bins=6, warp=0.1)
 
 
@@ -34,8 +36,9 @@ def test_eval_mode_is_exactly_the_plain_adapter():
     assert torch.equal(a.mask, b.mask)
     augmented.train()
     trained = augmented(wave, lengths)
-    assert not torch.allclose(trained.x[:, : a.x.shape[1]][trained.mask[:, : a.x.shape[1]]],
-                              a.x[trained.mask[:, : a.x.shape[1]]])
+    n = min(trained.x.shape[1], a.x.shape[1])  # a speed change makes clips longer or shorter
+    both = trained.mask[:, :n] & a.mask[:, :n]
+    assert not torch.allclose(trained.x[:, :n][both], a.x[:, :n][both])
     # off by config: training mode computes the plain features too
     off = AugmentedAudioAdapter(16).train()
     off.load_state_dict(plain.state_dict())
@@ -80,6 +83,38 @@ def test_noise_is_added_at_the_asked_snr_inside_each_clip():
         assert not out[i, n:].any()
     same, _ = WaveAugment(16000, noise_p=0.0)(wave, lengths)
     assert torch.equal(same, wave)
+
+
+def _peak_hz(x: torch.Tensor, sample_rate: int) -> float:
+    return float(torch.fft.rfft(x).abs().argmax()) * sample_rate / x.numel()
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.1, 0.8])
+def test_speed_changes_each_clips_length_and_pitch_by_its_factor(factor):
+    sr = 16000
+    lengths = torch.tensor([16000, 8000, 4000])
+    wave = torch.sin(2 * math.pi * 440 * torch.arange(16000) / sr).repeat(3, 1)
+    wave[torch.arange(16000)[None] >= lengths[:, None]] = 0.0
+    out, new = WaveAugment(sr, speed=[factor])(wave, lengths)
+    assert new.tolist() == [math.ceil(n / factor) for n in lengths.tolist()]  # it lasts 1/factor as long
+    assert out.shape == (3, int(new.max()))
+    for i in range(3):
+        n = int(new[i])
+        assert _peak_hz(out[i, :n], sr) == pytest.approx(440 * factor, abs=3.0)  # the tone moves by factor
+        assert abs(float(out[i, : n // 2].abs().max()) - 1.0) < 0.02  # the resampled tone keeps its level
+        assert not out[i, n:].any()  # the resampler's tails are cut: padding stays zero
+
+
+def test_speed_factors_are_drawn_per_clip_and_one_leaves_a_clip_unchanged():
+    sr = 16000
+    wave, lengths = _batch()
+    same, new = WaveAugment(sr, speed=[1.0])(wave, lengths)
+    assert torch.equal(same, wave) and torch.equal(new, lengths)
+    wave = wave[:1].repeat(64, 1)
+    lengths = lengths[:1].repeat(64)
+    torch.manual_seed(0)
+    _, new = WaveAugment(sr, speed=[0.9, 1.0, 1.1])(wave, lengths)
+    assert set(new.tolist()) == {math.ceil(16000 / 0.9), 16000, math.ceil(16000 / 1.1)}  # each factor drawn
 
 
 def test_spec_augment_masks_bands_and_frames_with_zeros():
@@ -142,6 +177,15 @@ def test_arguments_are_checked():
     for bad in (dict(crop=0.0), dict(shift_ms=-1), dict(noise_p=2.0), dict(snr_db=(30, 10))):
         with pytest.raises(ValueError):
             WaveAugment(16000, **bad)
+    for bad in (0.9, [3.0], [True], [0.0]):
+        with pytest.raises(ValueError, match=r"speed=.* must be a list of factors in \[0.5, 2\]"):
+            WaveAugment(16000, speed=bad)
+    with pytest.raises(ValueError, match="speed factor 0.90001 times sample_rate=16000 is not a whole rate"):
+        WaveAugment(16000, speed=[0.90001])
+    adapter = AugmentedAudioAdapter(16, speed=[0.9, 1.0])
+    wave, lengths = _batch()
+    with pytest.raises(ValueError, match="a speed change moves the frames"):
+        adapter.token_targets({"waveform": wave, "lengths": lengths})
     with pytest.raises(ValueError, match="time_masks"):
         SpecAugment(time_masks=-1)
     with pytest.raises(ValueError, match=r"warp=1.2 must be in \[0, 1\)"):
