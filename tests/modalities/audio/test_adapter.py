@@ -241,6 +241,6 @@ def test_an_augmented_adapter_takes_targets_from_the_clean_clip_and_refuses_movi
     assert not torch.allclose(seen, clean.values, atol=0.1)
     targets = noisy.token_targets(batch)
     torch.testing.assert_close(targets.values, clean.values, rtol=0, atol=0)  # from the clean clip
-    for moving in ({"crop": 0.8}, {"shift_ms": 50}):
+    for moving in ({"crop": 0.8}, {"shift_ms": 50}, {"speed": [0.9, 1.0]}):
         with pytest.raises(ValueError, match="moves the frames away from their clean targets"):
             AugmentedAudioAdapter(16, **moving).token_targets(batch)
