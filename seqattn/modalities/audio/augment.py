@@ -1,6 +1,7 @@
-"""Training-only audio augmentation, inside the adapter: speed perturbation (a clip resampled by a
-factor drawn from a few, Ko et al. 2015), random crop and time shift, additive noise at a random SNR (on the waveform), vocal tract length perturbation (a per-clip frequency warp of the power
-spectrum, VTLP), SpecAugment time and frequency masks (on the frame features).
+"""Training-only audio augmentation, inside the adapter: speed perturbation (each clip resampled by a
+factor drawn from a few, Ko et al. 2015), random crop and time shift, additive noise at a random SNR
+(on the waveform), vocal tract length perturbation (a per-clip frequency warp of the power spectrum,
+VTLP), SpecAugment time and frequency masks (on the frame features).
 
 It lives in the adapter (:class:`AugmentedAudioAdapter`, active only while ``self.training``), not
 in the data's collate: the draws then come from torch's global random state like dropout's, so an
@@ -14,9 +15,8 @@ Letters: b batch, t samples, f frames, c feature dim.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import math
+from typing import Sequence
 
 import torch
 import torchaudio
@@ -49,7 +49,8 @@ class WaveAugment(nn.Module):
     def __init__(self, sample_rate: int = 16000, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
                  snr_db: Sequence[float] = (10.0, 30.0), min_samples: int = 1, speed: Sequence[float] = ()) -> None:
         super().__init__()
-        if isinstance(speed, (int, float)) or any(isinstance(v, bool) or not 0.5 <= float(v) <= 2.0 for v in speed):
+        if isinstance(speed, (int, float, str)) or any(isinstance(v, bool) or not 0.5 <= float(v) <= 2.0
+                                                        for v in speed):
             raise ValueError(f"speed={speed} must be a list of factors in [0.5, 2], e.g. [0.9, 1.0, 1.1] (empty = off)")
         self.sample_rate = int(sample_rate)
         self.speed = [float(v) for v in speed]
@@ -172,8 +173,9 @@ class AugmentedAudioAdapter(AudioAdapter):
     module docstring); in eval mode it computes exactly what ``AudioAdapter`` does (same parameters,
     same checkpoint keys, same exports).
 
-    Args (besides ``AudioAdapter``'s): ``speed``, ``crop``, ``shift_ms``, ``noise_p``, ``snr_db`` (:class:`WaveAugment`),
-    ``time_masks``, ``time_mask_frames``, ``freq_masks``, ``freq_mask_bins`` (:class:`SpecAugment`);
+    Args (besides ``AudioAdapter``'s): ``speed``, ``crop``, ``shift_ms``, ``noise_p``, ``snr_db``
+    (:class:`WaveAugment`), ``time_masks``, ``time_mask_frames``, ``freq_masks``, ``freq_mask_bins``
+    (:class:`SpecAugment`);
     ``warp``: each clip's frequency axis scaled by a factor drawn uniformly from ``[1 - warp, 1 + warp]``
     (:func:`~seqattn.modalities.audio.features.warp_frequencies`; 0 = off; logmel / mfcc features only).
 
@@ -199,9 +201,9 @@ class AugmentedAudioAdapter(AudioAdapter):
         self.spec_augment = SpecAugment(time_masks, time_mask_frames, freq_masks, freq_mask_bins)
 
     def token_targets(self, batch):
-        """:meth:`AudioAdapter.token_targets`, refused while a crop, a time shift or a speed change is on: they move the
-        frames of a training forward away from the clean frames the targets come from (noise and
-        SpecAugment keep the frames in place and are allowed)."""
+        """:meth:`AudioAdapter.token_targets`, refused while a crop, a time shift or a speed change is
+        on: they move the frames of a training forward away from the clean frames the targets come from
+        (noise and SpecAugment keep the frames in place and are allowed)."""
         wave = self.wave_augment
         if wave.crop < 1.0 or wave.shift > 0 or wave.perturbs_speed:
             raise ValueError(f"masked-frame pretraining with adapter crop={wave.crop} / shift_ms > 0 / "

@@ -11,8 +11,8 @@ from seqattn.modalities.audio.adapter import AudioAdapter
 from seqattn.modalities.audio.augment import AugmentedAudioAdapter, SpecAugment, WaveAugment
 from seqattn.modalities.audio.features import AudioFeatures, warp_frequencies
 
-ALL = dict(speed=(0.9, 1.0, 1.1), crop=0.8, shift_ms=50, noise_p=1.0, snr_db=(5, 20), time_masks=2, time_mask_frames=8, freq_masks=2,
-           freq_mask_bins=6, warp=0.1)
+ALL = dict(speed=(0.9, 1.0, 1.1), crop=0.8, shift_ms=50, noise_p=1.0, snr_db=(5, 20), time_masks=2,
+           time_mask_frames=8, freq_masks=2, freq_mask_bins=6, warp=0.1)
 
 
 def _batch():
@@ -177,7 +177,7 @@ def test_arguments_are_checked():
     for bad in (dict(crop=0.0), dict(shift_ms=-1), dict(noise_p=2.0), dict(snr_db=(30, 10))):
         with pytest.raises(ValueError):
             WaveAugment(16000, **bad)
-    for bad in (0.9, [3.0], [True], [0.0]):
+    for bad in (0.9, "0.9", [3.0], [True], [0.0]):
         with pytest.raises(ValueError, match=r"speed=.* must be a list of factors in \[0.5, 2\]"):
             WaveAugment(16000, speed=bad)
     with pytest.raises(ValueError, match="speed factor 0.90001 times sample_rate=16000 is not a whole rate"):
