@@ -95,7 +95,8 @@ class WaveAugment(nn.Module):
                 continue
             orig, new = round(self.sample_rate * factor), self.sample_rate
             g = math.gcd(orig, new)
-            parts.append((rows, torchaudio.functional.resample(waveform[rows], orig // g, new // g)))
+            with torch.autocast(waveform.device.type, enabled=False):  # fp32 under bf16 autocast
+                parts.append((rows, torchaudio.functional.resample(waveform[rows].float(), orig // g, new // g)))
             new_lengths[rows] = torch.div(lengths[rows] * new + orig - 1, orig, rounding_mode="floor")  # ceil
         width = max(int(new_lengths.max()), 1)
         out = waveform.new_zeros(b, width)

@@ -117,6 +117,18 @@ def test_speed_factors_are_drawn_per_clip_and_one_leaves_a_clip_unchanged():
     assert set(new.tolist()) == {math.ceil(16000 / 0.9), 16000, math.ceil(16000 / 1.1)}  # each factor drawn
 
 
+def test_speed_resamples_in_fp32_under_bf16_autocast():
+    wave, lengths = _batch()
+    torch.manual_seed(0)
+    plain = WaveAugment(16000, speed=[0.9, 1.1])(wave, lengths)
+    torch.manual_seed(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = WaveAugment(16000, speed=[0.9, 1.1])(wave, lengths)
+    assert mixed[0].dtype == torch.float32
+    torch.testing.assert_close(mixed[0], plain[0], rtol=0, atol=0)
+    assert torch.equal(mixed[1], plain[1])
+
+
 def test_spec_augment_masks_bands_and_frames_with_zeros():
     feats = torch.ones(4, 50, 40)
     mask = torch.ones(4, 50, dtype=torch.bool)
