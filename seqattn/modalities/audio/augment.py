@@ -49,7 +49,7 @@ class WaveAugment(nn.Module):
     def __init__(self, sample_rate: int = 16000, crop: float = 1.0, shift_ms: float = 0.0, noise_p: float = 0.0,
                  snr_db: Sequence[float] = (10.0, 30.0), min_samples: int = 1, speed: Sequence[float] = ()) -> None:
         super().__init__()
-        if isinstance(speed, (int, float, str)) or any(isinstance(v, bool) or not 0.5 <= float(v) <= 2.0
+        if isinstance(speed, (int, float, str)) or any(isinstance(v, (bool, str)) or not 0.5 <= float(v) <= 2.0
                                                         for v in speed):
             raise ValueError(f"speed={speed} must be a list of factors in [0.5, 2], e.g. [0.9, 1.0, 1.1] (empty = off)")
         self.sample_rate = int(sample_rate)
@@ -83,7 +83,7 @@ class WaveAugment(nn.Module):
         """``waveform [B, T]``, ``lengths [B]`` -> ``[B, T']``, ``[B]``: each clip resampled by a factor
         drawn from ``speed`` (clips of one factor resampled together); past each new length the
         resampler's tails remain (``forward`` zeroes every clip's padding)."""
-        b, t = waveform.shape
+        b = waveform.shape[0]
         pick = torch.randint(len(self.speed), (b,), device=waveform.device)  # [B] index into speed
         parts, new_lengths = [], lengths.clone()
         for k, factor in enumerate(self.speed):
@@ -103,7 +103,7 @@ class WaveAugment(nn.Module):
         for rows, wave in parts:
             n = min(wave.shape[1], width)
             out[rows, :n] = wave[:, :n]
-        return out, new_lengths.clamp(max=width)
+        return out, new_lengths
 
     def forward(self, waveform: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lengths = lengths.long()

@@ -189,7 +189,7 @@ def test_arguments_are_checked():
     for bad in (dict(crop=0.0), dict(shift_ms=-1), dict(noise_p=2.0), dict(snr_db=(30, 10))):
         with pytest.raises(ValueError):
             WaveAugment(16000, **bad)
-    for bad in (0.9, "0.9", [3.0], [True], [0.0]):
+    for bad in (0.9, "0.9", [3.0], [True], [0.0], ["fast"]):
         with pytest.raises(ValueError, match=r"speed=.* must be a list of factors in \[0.5, 2\]"):
             WaveAugment(16000, speed=bad)
     with pytest.raises(ValueError, match="speed factor 0.90001 times sample_rate=16000 is not a whole rate"):
