@@ -47,31 +47,24 @@ class ConvModule(nn.Module):
     -> SiLU -> Linear(D, D). Positions outside ``mask`` (padding; the encoder also leaves out global tokens)
     are zeroed before the convolution and get a zero output, so a token never reads them and its output does
     not depend on how far the batch is padded.
-
-    ``pointwise=False``: the depthwise convolution alone (``D·(k+1)`` parameters, no matmul): each channel a
-    learned mix of its ``k`` neighbours' values, the layer's feed-forward bringing the non-linearity.
     """
 
-    def __init__(self, dim: int, kernel: int, pointwise: bool = True) -> None:
+    def __init__(self, dim: int, kernel: int) -> None:
         super().__init__()
         if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
             raise ValueError(f"conv_kernel must be an odd int >= 1 (a centred window), got {kernel!r}")
-        if not isinstance(pointwise, bool):
-            raise ValueError(f"conv_pointwise must be true or false (the convolution module's two linear layers), "
-                             f"got {pointwise!r}")
-        self.pointwise = pointwise
-        self.inner = nn.Linear(dim, 2 * dim) if pointwise else None
+        self.inner = nn.Linear(dim, 2 * dim)
         self.depthwise = nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim)
-        self.norm = nn.LayerNorm(dim) if pointwise else None
+        self.norm = nn.LayerNorm(dim)
         self.act = nn.SiLU()
-        self.outer = nn.Linear(dim, dim) if pointwise else None
+        self.outer = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        h = nn.functional.glu(self.inner(x), dim=-1) if self.pointwise else x  # [B, L, D]
+        h = nn.functional.glu(self.inner(x), dim=-1)  # [B, L, D]
         if mask is not None:
             h = h.masked_fill(~mask.unsqueeze(-1), 0.0)  # padding reads as zero
         h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)  # [B, L, D]
-        out = self.outer(self.act(self.norm(h))) if self.pointwise else h  # [B, L, D]
+        out = self.outer(self.act(self.norm(h)))  # [B, L, D]
         return out if mask is None else out.masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
@@ -93,11 +86,10 @@ class EncoderLayer(nn.Module):
         edge_dim: int = 0,
         attn_scale: float | None = None,
         conv_kernel: int = 0,
-        conv_pointwise: bool = True,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.conv = ConvModule(dim, conv_kernel, conv_pointwise) if conv_kernel else None
+        self.conv = ConvModule(dim, conv_kernel) if conv_kernel else None
         self.norm_conv = nn.LayerNorm(dim) if conv_kernel else None
         self.drop_conv = Dropout(dropout) if conv_kernel else None
         self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel,
@@ -186,8 +178,6 @@ class Encoder(nn.Module):
             (:class:`ConvModule`: a depthwise convolution ``k`` positions wide over the sequence), a local
             prior beside attention's global view; sequences only (a graph batch, ``edge_index``, raises);
             global tokens (``Tokens.num_global``, a CLS token) are left out of it. 0 = none (default).
-        conv_pointwise: False = the convolution module is the depthwise convolution alone, without its two
-            linear layers, GLU, norm and SiLU (cheaper: no matmul). True = Conformer's module (default).
         pack_graphs: a padded graph batch planned onto the ``edge`` path (molecules) runs its layers on the
             real tokens only, ``[1, T, D]`` instead of ``[B, L, D]`` (:func:`~seqattn.core.plan.pack_edge_plan`):
             the same arithmetic for every real token, without the projections and feed-forward of the padding.
@@ -226,7 +216,6 @@ class Encoder(nn.Module):
         attn_scale: float | None = None,
         initial_residual: float = 0.0,
         conv_kernel: int = 0,
-        conv_pointwise: bool = True,
         pack_graphs: bool = True,
     ) -> None:
         super().__init__()
@@ -274,7 +263,7 @@ class Encoder(nn.Module):
         self.edge_dim = int(edge_dim)
         self.layers = nn.ModuleList(
             EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v,
-                         edge_dim, attn_scale, conv_kernel, conv_pointwise)
+                         edge_dim, attn_scale, conv_kernel)
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()

@@ -218,28 +218,6 @@ def test_conv_module_is_the_conformer_formula_and_ignores_padding():
     assert x.grad[0, :3].abs().sum() > 0 and x.grad[0, 3:].abs().sum() == 0
 
 
-def test_conv_module_without_pointwise_is_the_depthwise_convolution_alone():
-    from seqattn.core.encoder import ConvModule
-    torch.manual_seed(0)
-    conv = ConvModule(8, 3, pointwise=False).eval()
-    assert sorted(n for n, _ in conv.named_parameters()) == ["depthwise.bias", "depthwise.weight"]
-    x = torch.randn(2, 6, 8)
-    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
-    h = x.masked_fill(~mask[..., None], 0.0)  # padding reads as zero
-    by_hand = torch.nn.functional.conv1d(torch.nn.functional.pad(h.transpose(1, 2), (1, 1)), conv.depthwise.weight,
-                                         conv.depthwise.bias, groups=8).transpose(1, 2)
-    by_hand = by_hand.masked_fill(~mask[..., None], 0.0)  # and gets a zero output
-    torch.testing.assert_close(conv(x, mask), by_hand)
-    enc = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", conv_kernel=3, conv_pointwise=False).eval()
-    lengths = [9, 5, 1]
-    xb, mb = _batch(lengths)
-    out = enc(xb, mask=mb)
-    for i, n in enumerate(lengths):  # the padding's random values are never read
-        torch.testing.assert_close(out[i, :n], enc(xb[i : i + 1, :n])[0], atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="conv_pointwise must be true or false"):
-        Encoder(16, 1, 2, conv_kernel=3, conv_pointwise="no")
-
-
 def test_conv_kernel_encoder_pads_invariantly_and_sees_order():
     torch.manual_seed(0)
     enc = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", conv_kernel=3).eval()
