@@ -31,6 +31,19 @@ from seqattn.core.kernels import check_kernel
 from seqattn.core.plan import plan_layer
 
 
+def check_heads(dim: int, heads: int, dim_k: int | None = None, dim_v: int | None = None) -> tuple[int, int]:
+    """The query/key and value widths (``dim`` when None), checked: positive, and each split evenly over
+    ``heads``. Raises ``ValueError`` naming the bad value."""
+    dim_k = dim if dim_k is None else dim_k
+    dim_v = dim if dim_v is None else dim_v
+    if dim <= 0 or heads <= 0:
+        raise ValueError(f"dim and heads must be positive, got dim={dim}, heads={heads}")
+    for name, value in (("dim_k", dim_k), ("dim_v", dim_v)):
+        if value % heads:
+            raise ValueError(f"{name}={value} must be divisible by heads={heads}")
+    return dim_k, dim_v
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` (``nn.Linear``).
 
@@ -64,13 +77,7 @@ class MultiHeadAttention(nn.Module):
         if scale is not None and not float(scale) > 0:
             raise ValueError(f"scale must be > 0 or None (1/sqrt(head width)), got {scale!r}")
         self.scale = None if scale is None else float(scale)
-        dim_k = dim if dim_k is None else dim_k
-        dim_v = dim if dim_v is None else dim_v
-        if dim <= 0 or heads <= 0:
-            raise ValueError(f"dim and heads must be positive, got dim={dim}, heads={heads}")
-        for name, value in (("dim_k", dim_k), ("dim_v", dim_v)):
-            if value % heads:
-                raise ValueError(f"{name}={value} must be divisible by heads={heads}")
+        dim_k, dim_v = check_heads(dim, heads, dim_k, dim_v)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.dim, self.heads, self.dim_k, self.dim_v = dim, heads, dim_k, dim_v

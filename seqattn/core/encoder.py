@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqattn.core.attention import MultiHeadAttention
+from seqattn.core.attention import MultiHeadAttention, check_heads
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
 from seqattn.core.dropout import Dropout
@@ -247,7 +247,7 @@ class Encoder(nn.Module):
         _ = self.plan_options  # validates kernel, graph_path and attention_path
         self.last_graph_path: str | None = None  # the path the last graph batch took (inspection, benchmarks)
         self.last_plan: dict | None = None  # AttentionPlan.describe() of the last forward, with "summary"
-        head_dim = (dim if dim_k is None else dim_k) // heads
+        head_dim = check_heads(dim, heads, dim_k, dim_v)[0] // heads  # an uneven split is refused here, first
         self.positional_name = positional
         self.positional, self.rotary = build_positional(positional, dim, head_dim, max_len)
         if isinstance(relative_bias, bool) or not isinstance(relative_bias, int) or relative_bias < 0:

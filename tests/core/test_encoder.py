@@ -250,6 +250,13 @@ def test_conv_module_leaves_out_global_tokens():
     assert h.grad[0, 0].abs().sum() == 0  # the frames never read position 0
 
 
+def test_an_uneven_head_split_is_named_before_the_positional_encoding_sees_it():
+    # 62 / 4 heads: the rotary encoding would otherwise complain about a head width of 15
+    for positional in ("rotary", "sinusoidal", "none"):
+        with pytest.raises(ValueError, match="dim_k=62 must be divisible by heads=4"):
+            Encoder(62, 1, 4, positional=positional)
+
+
 def test_conv_kernel_is_checked():
     for bad in (2, -1, 1.5):
         with pytest.raises(ValueError, match="conv_kernel must be an odd int"):
