@@ -154,16 +154,21 @@ def test_structure_cells_come_from_the_core_and_the_modality_folders(monkeypatch
         structure.cells()
 
 
-def test_dropout_suite_tiny(tmp_path):
-    """``bench dropout``: every cell measured on both sides, the table written where asked."""
-    out = tmp_path / "dropout.md"
-    assert main(["dropout", "--repeats", "10", "--out", str(out)]) == 0
-    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and "ms" not in line]
-    assert len(rows) == 5  # four dropout shapes and the encoder step
+@pytest.mark.parametrize("suite,cells", [("dropout", 5), ("conv", 4)])
+def test_switch_suites_tiny(tmp_path, suite, cells):
+    """``bench dropout`` / ``bench conv``: every cell measured on both sides, the table written where asked, the
+    switch left on."""
+    from seqattn.core import conv, dropout
+
+    out = tmp_path / f"{suite}.md"
+    assert main([suite, "--repeats", "10", "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and " ms |" not in line]
+    assert len(rows) == cells  # the layer cells and the encoder step
     for row in rows:
-        torch_ms, ours_ms, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])
-        assert float(torch_ms) > 0 and float(ours_ms) > 0
-        assert float(ratio.rstrip("×")) == pytest.approx(float(torch_ms) / float(ours_ms), rel=0.02)
+        off_ms, on_ms, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])
+        assert float(off_ms) > 0 and float(on_ms) > 0
+        assert float(ratio.rstrip("×")) == pytest.approx(float(off_ms) / float(on_ms), rel=0.02)
+    assert dropout.ENABLED and conv.CHANNELS_LAST
 
 
 def test_recipes_step_variants_take_precision_and_dropout_switches_only():

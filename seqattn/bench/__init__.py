@@ -17,6 +17,8 @@ found at run time (a module or sub-package without both is a helper, e.g. ``meas
   and beside a busy process the cell starts, and what ``cpu_threads=auto`` picks;
 - ``dropout`` (:mod:`seqattn.bench.dropout`): torch's CPU dropout masks vs :mod:`seqattn.core.dropout`'s,
   per call and in a whole encoder training step;
+- ``conv`` (:mod:`seqattn.bench.conv`): ``nn.Conv1d`` on ``[N, L, C]`` tokens vs :mod:`seqattn.core.conv`'s
+  channels-last route, per layer and in a whole encoder training step;
 - ``overhead`` (:mod:`seqattn.bench.overhead`): every recipe's Lightning loop against a bare PyTorch
   loop on the same network and batches (the framework's cost per step, the progress bar's).
 

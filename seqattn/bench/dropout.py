@@ -9,13 +9,12 @@ off. The two sides alternate within every round; the table gives the median per 
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from seqattn.bench.measure import measure_step
+from seqattn.bench.measure import switch_side_by_side, switch_table
 from seqattn.core import dropout as fast
 
 SHAPES = ((32, 24, 96), (32, 24, 192), (2708, 64), (2708, 1433))  # text layers, their FFN, Cora's layer, its input
@@ -25,18 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (the recipes' default on CPU: 1)")
     parser.add_argument("--repeats", type=int, default=200, help="calls per shape and side (steps: a tenth)")
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
-
-
-def _side_by_side(make, repeats: int, rounds: int = 5) -> tuple[float, float]:
-    """(torch, fast) median seconds of ``make()()`` (a fresh step per side and round, warmed up by its first
-    call) with the fast masks off and on, alternating by round."""
-    out = {False: [], True: []}
-    for _ in range(rounds):
-        for enabled in (False, True):
-            fast.set_fast_dropout(enabled)
-            out[enabled].append(measure_step(make(), repeats=max(1, repeats // rounds))["time_ms"] / 1e3)
-    fast.set_fast_dropout(True)
-    return statistics.median(out[False]), statistics.median(out[True])
 
 
 def _dropout_call(shape):
@@ -71,15 +58,13 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rows = []
     for shape in SHAPES:
-        slow, quick = _side_by_side(lambda s=shape: _dropout_call(s), args.repeats)
+        slow, quick = switch_side_by_side(lambda s=shape: _dropout_call(s), fast.set_fast_dropout, args.repeats)
         rows.append((f"dropout p=0.3, forward + backward, {'×'.join(map(str, shape))}", slow, quick))
-    slow, quick = _side_by_side(_encoder_step, max(10, args.repeats // 10))
+    slow, quick = switch_side_by_side(_encoder_step, fast.set_fast_dropout, max(10, args.repeats // 10))
     rows.append(("tagging encoder training step (96 wide, 3 layers, conv 3, 32×24 words)", slow, quick))
-    lines = [f"`python -m seqattn.bench dropout --threads {args.threads} --repeats {args.repeats}` "
-             f"(torch {torch.__version__}, {args.threads} thread(s); medians, the sides alternating)", "",
-             "| cell | torch F.dropout ms | seqattn dropout ms | torch / seqattn |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f}× |" for name, a, b in rows]
-    text = "\n".join(lines)
+    text = switch_table(f"`python -m seqattn.bench dropout --threads {args.threads} --repeats {args.repeats}` "
+                        f"(torch {torch.__version__}, {args.threads} thread(s); medians, the sides alternating)",
+                        "torch F.dropout", "seqattn dropout", rows)
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n")

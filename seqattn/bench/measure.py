@@ -88,6 +88,31 @@ def measure_step(step, repeats: int | None = None, budget: float = 3.0, min_step
             "ru_maxrss_mb": ru_after / MIB, "vm_hwm_mb": None if hwm is None else hwm / MIB}
 
 
+def switch_side_by_side(make: Callable[[], Callable[[], None]], switch: Callable[[bool], None], repeats: int,
+                        rounds: int = 5) -> tuple[float, float]:
+    """(off, on) median seconds of ``make()()`` with ``switch(False)`` / ``switch(True)`` in force: a fresh step
+    per side and round (warmed up by its first call), the sides alternating within every round, and
+    ``switch(True)`` (the default side) restored at the end, also after an error."""
+    import statistics
+
+    out: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for _ in range(rounds):
+            for enabled in (False, True):
+                switch(enabled)
+                out[enabled].append(measure_step(make(), repeats=max(1, repeats // rounds))["time_ms"] / 1e3)
+    finally:
+        switch(True)
+    return statistics.median(out[False]), statistics.median(out[True])
+
+
+def switch_table(command: str, off_name: str, on_name: str, rows: list[tuple[str, float, float]]) -> str:
+    """A markdown table of :func:`switch_side_by_side` rows ``(cell, off s, on s)``, under the command line."""
+    lines = [command, "", f"| cell | {off_name} ms | {on_name} ms | {off_name} / {on_name} |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f}× |" for name, a, b in rows]
+    return "\n".join(lines)
+
+
 def _timed_steps(step, first: float, repeats: int | None, budget: float, min_steps: int, max_steps: int,
                  sync: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """The median of ``N`` timed ``step()`` calls (``sync()`` before the clock starts and before it stops):

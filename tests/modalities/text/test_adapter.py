@@ -247,3 +247,20 @@ def test_character_features_of_distinct_words_equal_the_per_slot_path_with_gradi
     assert distinct[1, 2:].abs().sum() == 0 and distinct[2, 1:].abs().sum() == 0  # padding words: zero
     for p, g in zip(encoder.parameters(), grads):
         torch.testing.assert_close(p.grad, g)
+
+
+def test_character_features_are_the_max_over_a_word_s_own_characters_whatever_the_batch_s_width():
+    from seqattn.modalities.text.chars import CharEncoder
+
+    torch.manual_seed(0)
+    words = [["a", "saw"], ["extraordinarily"]]  # the short words sit in rows padded to the long word's width
+    encoder = CharEncoder(build_char_vocabulary(w for s in words for w in s), dim=8)
+    with torch.no_grad():
+        encoder.conv.bias.uniform_(0.5, 1.0)  # padding read as a character would win the max in every channel
+    features = encoder(encoder.encode(words))  # [2, 2, 8]
+    for i, sentence in enumerate(words):
+        for j, word in enumerate(sentence):
+            ids = torch.from_numpy(encoder._word_ids(word))  # [n]: <w>, the characters, </w>; no padding
+            by_hand = torch.relu(encoder.conv(encoder.embedding(ids).T[None]))[0].amax(dim=1)  # [8]
+            torch.testing.assert_close(features[i, j], by_hand)
+    assert features[1, 1].abs().sum() == 0  # the padding slot
