@@ -1,22 +1,23 @@
 """Convolutions over ``[N, L, C]`` tokens: ``nn.Conv1d`` on the transposed view vs :mod:`seqattn.core.conv`.
 
 ``python -m seqattn.bench conv [--threads 1] [--repeats 200] [--out F.md]``: forward + backward of the
-recipes' 1-d convolutions alone, at their shapes (the encoder's depthwise convolution on a mean LinES batch and on an
-FSDD batch, the character CNN on a LinES batch's distinct words), and one whole training step of the LinES
-tagging encoder (width 64, 3 layers, the convolution module, 64 sentences of up to 22 words: LinES' mean padded batch) with
-:data:`seqattn.core.conv.CHANNELS_LAST` off and on. The two sides alternate within every round; the table
-gives the median per call and their ratio.
+recipes' 1-d convolutions alone, at their shapes (the encoder's depthwise convolution on a mean LinES batch
+and on an FSDD batch, the character CNN on a LinES batch's distinct words), and one whole training step of
+the LinES tagging encoder (:func:`seqattn.bench.dropout.tagging_encoder_step` at width 64, 64 sentences of
+up to 22 words: LinES' mean padded batch) with :data:`seqattn.core.conv.CHANNELS_LAST` off and on. The two
+sides alternate within every round; the table gives the median per call and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from seqattn.bench.dropout import tagging_encoder_step
 from seqattn.bench.measure import switch_side_by_side, switch_table
 from seqattn.core import conv as fast
 
@@ -48,25 +49,6 @@ def _conv_call(kwargs, shape):
     return step
 
 
-def _encoder_step():
-    from seqattn.core import Encoder
-    torch.manual_seed(0)
-    encoder = Encoder(64, 3, 4, ff_mult=2, dropout=0.3, positional="rotary", conv_kernel=3)
-    head = torch.nn.Linear(64, 17)
-    optimizer = torch.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=1e-3)
-    lengths = torch.randint(12, 23, (64,))
-    lengths[0] = 22
-    mask = torch.arange(22)[None] < lengths[:, None]  # [64, 22]
-    x, y = torch.randn(64, 22, 64), torch.randint(0, 17, (64 * 22,))
-
-    def step():
-        loss = F.cross_entropy(head(encoder(x, mask=mask)).reshape(-1, 17), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return step
-
-
 def _switch(enabled: bool) -> None:
     fast.CHANNELS_LAST = enabled
 
@@ -77,12 +59,8 @@ def run(args: argparse.Namespace) -> int:
     for name, kwargs, shape in CELLS:
         slow, quick = switch_side_by_side(lambda k=kwargs, s=shape: _conv_call(k, s), _switch, args.repeats)
         rows.append((f"{name}, forward + backward", slow, quick))
-    slow, quick = switch_side_by_side(_encoder_step, _switch, max(10, args.repeats // 10))
+    step = functools.partial(tagging_encoder_step, dim=64, batch=64, length=22)
+    slow, quick = switch_side_by_side(step, _switch, max(10, args.repeats // 10))
     rows.append(("tagging encoder training step (64 wide, 3 layers, conv 3, 64×22 words)", slow, quick))
-    text = switch_table(f"`python -m seqattn.bench conv --threads {args.threads} --repeats {args.repeats}` "
-                        f"(torch {torch.__version__}, {args.threads} thread(s); medians, the sides alternating)",
-                        "nn.Conv1d", "seqattn channels-last", rows)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    switch_table(args, "conv", "nn.Conv1d", "seqattn channels-last", rows)
     return 0

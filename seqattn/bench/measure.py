@@ -106,11 +106,21 @@ def switch_side_by_side(make: Callable[[], Callable[[], None]], switch: Callable
     return statistics.median(out[False]), statistics.median(out[True])
 
 
-def switch_table(command: str, off_name: str, on_name: str, rows: list[tuple[str, float, float]]) -> str:
-    """A markdown table of :func:`switch_side_by_side` rows ``(cell, off s, on s)``, under the command line."""
-    lines = [command, "", f"| cell | {off_name} ms | {on_name} ms | {off_name} / {on_name} |", "|---|---:|---:|---:|"]
+def switch_table(args: argparse.Namespace, suite: str, off_name: str, on_name: str,
+                 rows: list[tuple[str, float, float]]) -> str:
+    """Print (and write to ``args.out`` when set) a markdown table of :func:`switch_side_by_side` rows
+    ``(cell, off s, on s)`` under the suite's command line; returns its text."""
+    import torch
+
+    lines = [f"`python -m seqattn.bench {suite} --threads {args.threads} --repeats {args.repeats}` (torch "
+             f"{torch.__version__}, {args.threads} thread(s); medians, the sides alternating)", "",
+             f"| cell | {off_name} ms | {on_name} ms | {off_name} / {on_name} |", "|---|---:|---:|---:|"]
     lines += [f"| {name} | {a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f}× |" for name, a, b in rows]
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return text
 
 
 def _timed_steps(step, first: float, repeats: int | None, budget: float, min_steps: int, max_steps: int,
