@@ -27,8 +27,8 @@ CELLS = (
      {"in_channels": 64, "out_channels": 64, "kernel_size": 3, "padding": 1, "groups": 64}, (64, 22, 64)),
     ("depthwise, kernel 7: speech_cls on FSDD (32 clips × 50 tokens × 96)",
      {"in_channels": 96, "out_channels": 96, "kernel_size": 7, "padding": 3, "groups": 96}, (32, 50, 96)),
-    ("character CNN, kernel 3: a LinES batch's distinct words (480 × 16 characters, 16 -> 64)",
-     {"in_channels": 16, "out_channels": 64, "kernel_size": 3, "padding": 1}, (480, 16, 16)),
+    ("character CNN, kernel 3: a LinES batch's distinct words (480 × 16 characters, 16 -> 128)",
+     {"in_channels": 16, "out_channels": 128, "kernel_size": 3, "padding": 1}, (480, 16, 16)),
 )
 
 
