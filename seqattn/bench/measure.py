@@ -93,8 +93,6 @@ def switch_side_by_side(make: Callable[[], Callable[[], None]], switch: Callable
     """(off, on) median seconds of ``make()()`` with ``switch(False)`` / ``switch(True)`` in force: a fresh step
     per side and round (warmed up by its first call), the sides alternating within every round, and
     ``switch(True)`` (the default side) restored at the end, also after an error."""
-    import statistics
-
     out: dict[bool, list[float]] = {False: [], True: []}
     try:
         for _ in range(rounds):
