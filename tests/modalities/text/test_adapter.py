@@ -264,3 +264,57 @@ def test_character_features_are_the_max_over_a_word_s_own_characters_whatever_th
             by_hand = torch.relu(encoder.conv(encoder.embedding(ids).T[None]))[0].amax(dim=1)  # [8]
             torch.testing.assert_close(features[i, j], by_hand)
     assert features[1, 1].abs().sum() == 0  # the padding slot
+
+
+def test_length_groups_are_the_cheapest_cut_of_the_sorted_lengths():
+    import itertools
+
+    import numpy as np
+
+    from seqattn.modalities.text.chars import length_groups
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        lengths = np.sort(rng.integers(1, 12, size=int(rng.integers(1, 25))))
+        cost, max_groups = int(rng.integers(0, 20)), int(rng.integers(1, 4))
+        groups = length_groups(lengths, cost, max_groups)
+        ends = [e for e, _ in groups]
+        assert ends[-1] == len(lengths) and ends == sorted(set(ends)) and len(groups) <= max_groups
+        starts = [0, *ends[:-1]]
+        assert all(w == lengths[e - 1] for (e, w) in groups)  # each group as wide as its longest word
+        found = sum((e - s) * w for s, (e, w) in zip(starts, groups)) + cost * len(groups)
+        # brute force: every cut between distinct lengths
+        cuts = [i for i in range(1, len(lengths)) if lengths[i] != lengths[i - 1]]
+        best = min(sum((e - s) * int(lengths[e - 1]) for s, e in zip((0, *c), (*c, len(lengths)))) + cost * (len(c) + 1)
+                   for k in range(max_groups) for c in itertools.combinations(cuts, k))
+        assert found == best
+    assert length_groups(np.array([], dtype=np.int64)) == []
+    with pytest.raises(ValueError, match="ascending"):
+        length_groups(np.array([3, 2]))
+
+
+def test_character_features_by_length_groups_equal_one_padded_width_with_gradients(monkeypatch):
+    import seqattn.modalities.text.chars as chars_module
+
+    monkeypatch.setattr(chars_module, "GROUP_COST", 0)  # cut wherever a shorter width saves a position
+    torch.manual_seed(0)
+    words = [["a", "extraordinarily", "saw", "an"], ["sawing", "a", "Saw"], ["interdisciplinary", "it"]]
+    encoder = chars_module.CharEncoder(build_char_vocabulary(w for s in words for w in s), dim=6, max_chars=12)
+    with torch.no_grad():
+        encoder.conv.bias.uniform_(0.5, 1.0)  # padding read as a character would win the max
+    char_ids, where, groups = encoder.encode_by_length(words)
+    lengths = (char_ids != 0).sum(1)
+    assert lengths.tolist() == sorted(lengths.tolist()) and len(groups) > 2  # sorted, several widths
+    assert where.tolist()[2][2] == char_ids.shape[0]  # the padding slot: the zero row
+    weight = torch.randn(3, 4, 6)
+    per_slot = encoder(encoder.encode(words))  # one padded width
+    (per_slot * weight).sum().backward()
+    grads = [p.grad.clone() for p in encoder.parameters()]
+    encoder.zero_grad()
+    grouped = encoder.forward_words(words)
+    (grouped * weight).sum().backward()
+    torch.testing.assert_close(grouped, per_slot)
+    for p, g in zip(encoder.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
+    with pytest.raises(ValueError, match="end at row"):
+        encoder.features(char_ids, groups[:-1])
