@@ -160,7 +160,7 @@ def sparse_entries(x: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor | 
 
 def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tensor, steps: int,
                      proj: nn.Linear, feature_dropout: float = 0.0, mode: str = "concat",
-                     node_dropout: float = 0.0) -> torch.Tensor:
+                     node_dropout: float = 0.0, hop_score: nn.Linear | None = None) -> torch.Tensor:
     """``proj(smoothed_features(dropout(x), ...))`` -> ``[B, N, D]`` without forming the ``F·(steps+1)`` features.
 
     ``proj`` is ``Linear(F·(steps+1), D)`` and ``Â`` commutes with it, so ``[x, Âx, …, Â^k x] W =
@@ -175,9 +175,17 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
     the mixed-order average of GRAND (Feng et al. 2020): one weight for every hop instead of one per hop.
     ``node_dropout`` (training only: pass 0 in eval) is GRAND's DropNode: each node's whole feature row is
     zeroed with that probability and the others are scaled by ``1/(1-p)``, before the propagation, so a
-    dropped node's neighbours see its features gone too."""
+    dropped node's neighbours see its features gone too.
+
+    ``mode="attention"``: ``proj`` as for ``concat``; each hop is a token ``t_j = Â^j x W_j`` (``[B·N, k+1, D]``)
+    and a node weighs its hops by attention (NAGphormer's readout, Chen et al. 2023):
+    ``t_0 + Σ_{j≥1} softmax_j(hop_score([t_0, t_j])) t_j``; ``concat`` is the same sum with every weight 1.
+    ``hop_score`` is ``Linear(2·D, 1)``."""
     if mode not in PROPAGATE_MODES:
         raise ValueError(f"mode={mode!r} is not one of {PROPAGATE_MODES}")
+    if mode == "attention" and (steps < 1 or hop_score is None):
+        raise ValueError(f"mode='attention' weighs hops 1..k: it needs steps >= 1 (got {steps}) and a hop_score "
+                         "Linear(2·D, 1)")
     b, n, f = x.shape
     d = proj.out_features
     flat = x.reshape(b * n, f)
@@ -210,6 +218,17 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
             h = step(h)
             out = out + h
         out = out / (steps + 1)
+    elif mode == "attention":
+        parts = parts.view(b * n, steps + 1, d)  # [B·N, k+1, D]: hop j reads W_j
+        hops, rest = [parts[:, 0]], parts[:, 1:].reshape(b * n, steps * d)
+        for _ in range(steps):
+            rest = step(rest)  # [B·N, (k-j+1)·D]: hops j..k, each one more step along
+            hops.append(rest[:, :d])
+            rest = rest[:, d:]
+        tokens = torch.stack(hops, dim=1)  # [B·N, k+1, D]: t_j = Â^j x W_j
+        own = tokens[:, :1].expand(-1, steps, -1)  # [B·N, k, D]
+        weight = torch.softmax(hop_score(torch.cat([own, tokens[:, 1:]], dim=-1)).squeeze(-1), dim=-1)  # [B·N, k]
+        out = tokens[:, 0] + torch.einsum("nk,nkd->nd", weight, tokens[:, 1:])  # [B·N, D]
     else:
         parts = parts.view(b * n, steps + 1, d)  # [B·N, k+1, D]: step k reads W_k
         out = parts[:, steps]
@@ -222,7 +241,7 @@ def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tens
 
 #: how ``propagate`` hops enter the projection: each hop its own weight (concatenated, SIGN / SGC) or one weight
 #: for their mean (GRAND's mixed-order propagation)
-PROPAGATE_MODES = ("concat", "mean")
+PROPAGATE_MODES = ("concat", "mean", "attention")
 
 #: what masked pretraining predicts of a node without node types (``GraphAdapter(node_target=...)``)
 NODE_TARGETS = ("features", "present")
@@ -256,7 +275,9 @@ class GraphAdapter(AdapterBase):
             graph averages before the projection (:func:`smoothed_features`); ``node_proj`` then reads
             ``F·(k+1)`` inputs. Helps when few nodes are labelled and features say little alone.
         propagate_mode: ``concat`` (above) or ``mean``: one projection of the mean of ``x, Âx, …, Â^k x``
-            (GRAND's mixed-order propagation: ``node_proj`` reads ``F`` inputs, deep ``k`` costs no parameters).
+            (GRAND's mixed-order propagation: ``node_proj`` reads ``F`` inputs, deep ``k`` costs no parameters),
+            or ``attention``: each hop ``Â^j x W_j`` a token, weighed per node by attention over the hops
+            (NAGphormer's readout; :func:`project_smoothed`), ``hop_score`` a ``Linear(2·dim, 1)``.
         node_dropout: GRAND's DropNode (training only): each node's whole feature row is dropped with this
             probability (the rest scaled by ``1/(1-p)``) before the propagation, so its neighbours lose it too.
         node_types: T > 0: the first T columns of ``x`` are a one-hot node type (a molecule's element, from the
@@ -337,6 +358,10 @@ class GraphAdapter(AdapterBase):
                              "predicts of a node: its features, or which of them are present)")
         self.node_target = node_target
         self.node_proj = nn.Linear(node_features * (1 if propagate_mode == "mean" else propagate + 1), dim)
+        if propagate_mode == "attention" and propagate < 1:
+            raise ValueError("propagate_mode='attention' weighs the propagate hops: it needs propagate >= 1, got "
+                             f"{propagate}")
+        self.hop_score = nn.Linear(2 * dim, 1) if propagate_mode == "attention" else None
         self.pe_proj = nn.Linear(pe_dim, dim) if positional != "none" else None
         self.edge_proj = nn.Linear(edge_features, heads) if edge_features else None
         self.distance = nn.Embedding(hops + 1, heads) if distance_bias else None
@@ -446,7 +471,7 @@ class GraphAdapter(AdapterBase):
         # = node_proj(smoothed_features(feature_dropout(x))), propagating D-wide vectors, sparse features sparse
         drop = self.feature_dropout.p if self.training else 0.0
         h = project_smoothed(x, mask, edge_index, self.propagate, self.node_proj, drop, self.propagate_mode,
-                             self.node_dropout if self.training else 0.0)  # [B, N, D]
+                             self.node_dropout if self.training else 0.0, self.hop_score)  # [B, N, D]
         if node_position is not None:
             h = h + node_position
         return self.dropout(h.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, N, D]

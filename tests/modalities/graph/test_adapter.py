@@ -466,6 +466,40 @@ def test_mean_propagation_projects_the_mean_of_the_gcn_powers():
         GraphAdapter(dim=8, node_features=f, propagate=2, propagate_mode="sum")
 
 
+def test_attention_propagation_weighs_each_node_s_hops_by_attention():
+    """``propagate_mode=attention`` (NAGphormer's hop readout): hop tokens ``t_j = (Â^j x) W_j`` with ``W_j`` the
+    j-th block of ``node_proj`` (as ``concat``), and ``t_0 + Σ_{j≥1} softmax_j(hop_score([t_0, t_j])) t_j`` per node,
+    checked by hand against the GCN powers (Â checked against PyG above) with a non-zero score; with a zero score
+    every hop weighs 1/k. Padding stays zero; bad settings raise."""
+    from seqattn.modalities.graph.adapter import GraphAdapter, smoothed_features
+
+    torch.manual_seed(0)
+    sizes, n, f, d = [5, 3], 5, 4, 8
+    mask = torch.arange(n)[None, :] < torch.tensor(sizes)[:, None]
+    x = torch.randn(2, n, f).masked_fill(~mask.unsqueeze(-1), 0.0)
+    local = [torch.tensor([[0, 1, 1, 2, 3, 4, 0, 4], [1, 0, 2, 1, 4, 3, 4, 0]]), torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])]
+    edge_index = torch.cat([e + i * n for i, e in enumerate(local)], dim=1)
+    for steps in (1, 2, 3):
+        adapter = GraphAdapter(dim=d, node_features=f, heads=2, propagate=steps, propagate_mode="attention").eval()
+        assert adapter.node_proj.in_features == f * (steps + 1) and adapter.hop_score.in_features == 2 * d
+        with torch.no_grad():
+            adapter.hop_score.weight.normal_(0.0, 1.0)
+        hops = smoothed_features(x, mask, edge_index, steps).view(2, n, steps + 1, f)  # [B, N, k+1, F]
+        blocks = adapter.node_proj.weight.view(d, steps + 1, f)  # [D, k+1, F]: W_j
+        tokens = torch.einsum("bnjf,djf->bnjd", hops, blocks)  # [B, N, k+1, D]
+        own = tokens[:, :, :1].expand(-1, -1, steps, -1)
+        weight = torch.softmax(adapter.hop_score(torch.cat([own, tokens[:, :, 1:]], -1)).squeeze(-1), -1)
+        want = tokens[:, :, 0] + (weight.unsqueeze(-1) * tokens[:, :, 1:]).sum(2) + adapter.node_proj.bias
+        got = adapter(x, mask, edge_index).x
+        torch.testing.assert_close(got, want.masked_fill(~mask.unsqueeze(-1), 0.0))
+        with torch.no_grad():
+            adapter.hop_score.weight.zero_()
+        even = tokens[:, :, 0] + tokens[:, :, 1:].mean(2) + adapter.node_proj.bias
+        torch.testing.assert_close(adapter(x, mask, edge_index).x, even.masked_fill(~mask.unsqueeze(-1), 0.0))
+    with pytest.raises(ValueError, match="attention.*propagate >= 1"):
+        GraphAdapter(dim=d, node_features=f, propagate=0, propagate_mode="attention")
+
+
 def test_node_dropout_drops_whole_nodes_before_the_propagation_in_training_only():
     """``adapter.node_dropout=p`` (GRAND's DropNode): in training each node's whole feature row is zeroed or
     scaled by 1/(1-p), and the propagation then averages what is left: the tokens equal the eval projection of
