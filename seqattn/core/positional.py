@@ -106,6 +106,40 @@ class RotaryEmbedding(nn.Module):
         x1, x2 = x.chunk(2, dim=-1)  # [.., K/2] each
         return torch.cat([-x2, x1], dim=-1)
 
+    # -- the paired form: the same scores with one complex product ------------------------------------
+    def pair_order(self) -> torch.Tensor:
+        """``[K]`` long: ``[0, K/2, 1, K/2+1, …]``, each rotated pair ``(i, i + K/2)`` of ``rotate_half`` made
+        adjacent. ``q·k`` is the same for any order of the K dims applied to both, so a layer may read its q / k
+        projection rows in this order and rotate with :meth:`rotate_pairs`."""
+        half = self.head_dim // 2
+        return torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).reshape(-1)
+
+    def paired(self, x: torch.Tensor) -> bool:
+        """Whether :meth:`rotate_pairs` serves ``x``: float32 / float64 outside autocast, in eager mode (complex
+        numbers: no bf16 complex type, and tracers / exporters do not all take them)."""
+        return (x.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(x.device.type)
+                and not torch.jit.is_tracing() and not torch.compiler.is_exporting()
+                and not torch.compiler.is_compiling())
+
+    def _angles(self, length: int, device, dtype) -> torch.Tensor:
+        """``[L, 1, K/2]`` complex: ``exp(i θ_{l, j})``, kept and grown like the sinusoidal table."""
+        table = getattr(self, "_table", None)
+        complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+        if table is None or table.shape[0] < length or table.device != device or table.dtype != complex_dtype:
+            n = max(length, 2 * table.shape[0] if table is not None else length)
+            cos, sin = self._cos_sin(n, device, dtype)  # [n, K]
+            half = self.head_dim // 2
+            table = self._table = torch.complex(cos[:, :half], sin[:, :half]).unsqueeze(1)  # [n, 1, K/2]
+        return table[:length]
+
+    def rotate_pairs(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, L, G, K]`` whose K dims are in :meth:`pair_order` (G heads, q and k together) -> rotated,
+        ``[B, L, G, K]`` in that order: one complex product ``(x_{2j} + i x_{2j+1}) · exp(i θ_{l, j})``, the
+        ``x · cos + rotate_half(x) · sin`` of :meth:`forward` with its dims reordered."""
+        b, length, groups, width = x.shape
+        pairs = torch.view_as_complex(x.reshape(b, length, groups, width // 2, 2))  # [B, L, G, K/2]
+        return torch.view_as_real(pairs * self._angles(length, x.device, x.dtype)).flatten(-2)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self._cos_sin(q.shape[-2], q.device, q.dtype)  # [L, K]
         cos_k, sin_k = (cos, sin) if k.shape[-2] == q.shape[-2] else self._cos_sin(k.shape[-2], k.device, k.dtype)

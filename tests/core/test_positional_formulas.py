@@ -112,3 +112,48 @@ def test_relative_bias_is_shift_invariant_and_direction_aware():
 def test_relative_bias_rejects_a_bad_max_distance(bad):
     with pytest.raises(ValueError, match="max_distance"):
         RelativePositionBias(heads=2, max_distance=bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_paired_rotary_attention_equals_the_half_width_rotation_with_gradients(monkeypatch, dtype):
+    """Self-attention with rotary positions reads its q / k rows pair by pair and rotates with one complex product
+    (``MultiHeadAttention._project_rotated``): the same outputs and parameter gradients as the half-width rotation,
+    with padding, at lengths past the first table (the angle table grows), and the same attention weights."""
+    import seqattn.core.attention as attention_module
+    from seqattn.core import MultiHeadAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(24, heads=3, dropout=0.0).to(dtype)
+    rope = RotaryEmbedding(8)
+    for length in (5, 13, 40):
+        x = torch.randn(2, length, 24, dtype=dtype)
+        mask = torch.ones(2, length, dtype=torch.bool)
+        mask[1, length // 2:] = False
+        results = []
+        for paired in (False, True):
+            monkeypatch.setattr(attention_module, "PAIRED_ROTARY", paired)
+            layer.zero_grad()
+            out, weights = layer(x, mask=mask, rotary=rope, need_weights=True)
+            (out * torch.linspace(-1, 1, 24, dtype=dtype)).sum().backward()
+            results.append((out, weights, [p.grad.clone() for p in layer.parameters()]))
+        (out0, w0, g0), (out1, w1, g1) = results
+        tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else {}
+        torch.testing.assert_close(out1, out0, **tol)
+        torch.testing.assert_close(w1, w0, **tol)
+        for a, b in zip(g1, g0):
+            torch.testing.assert_close(a, b, **tol)
+    assert rope._table.shape[0] >= 40
+
+
+def test_paired_rotary_falls_back_where_complex_numbers_do_not_serve():
+    """Under bf16 autocast the projection is bf16 (no complex type): the layer takes the half-width rotation."""
+    from seqattn.core import MultiHeadAttention
+
+    torch.manual_seed(0)
+    layer, rope = MultiHeadAttention(16, heads=2, dropout=0.0), RotaryEmbedding(8)
+    x = torch.randn(2, 6, 16)
+    assert rope.paired(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not rope.paired(x)
+        out = layer(x, rotary=rope)
+    torch.testing.assert_close(out.float(), layer(x, rotary=rope), rtol=0.05, atol=0.05)
