@@ -69,6 +69,11 @@ def test_the_console_script_ends_without_the_module_teardown(monkeypatch):
     monkeypatch.setattr(seqattn.run, "main", lambda: calls.append(("main",)))
     monkeypatch.setattr(seqattn.cli.os, "_exit", fake_exit)
     monkeypatch.setattr("atexit._run_exitfuncs", lambda: None)  # not pytest's own handlers, now
+    # a thread another test of this worker left running would make it return (tested on its own above): this test
+    # is about the entry point, so it sees the main thread only
+    import threading
+
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread()])
     with pytest.raises(Exited):
         entry()
     assert calls == [("main",), ("os._exit", 0)]
