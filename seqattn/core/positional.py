@@ -92,6 +92,7 @@ class RotaryEmbedding(nn.Module):
         if head_dim % 2:
             raise ValueError(f"rotary positional encoding needs an even head width, got {head_dim}")
         self.head_dim, self.base = head_dim, float(base)
+        self._table: torch.Tensor | None = None  # [n, 1, K/2] complex angles of rotate_pairs, grown on demand
 
     def _cos_sin(self, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         work = torch.float64 if dtype == torch.float64 else torch.float32
@@ -123,7 +124,7 @@ class RotaryEmbedding(nn.Module):
 
     def _angles(self, length: int, device, dtype) -> torch.Tensor:
         """``[L, 1, K/2]`` complex: ``exp(i θ_{l, j})``, kept and grown like the sinusoidal table."""
-        table = getattr(self, "_table", None)
+        table = self._table
         complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
         if table is None or table.shape[0] < length or table.device != device or table.dtype != complex_dtype:
             n = max(length, 2 * table.shape[0] if table is not None else length)
