@@ -18,6 +18,9 @@ the network ``consistency_views`` times (2 by default; each its own dropout draw
 views' cross-entropies plus ``consistency`` × the squared distance of each view's probabilities from their sharpened mean
 (``consistency_temperature``), over every real token, labeled or not (GRAND's regularisation: few labels).
 
+Mixup (:mod:`seqattn.objectives.mixup`, ``mixup = α > 0``, classification only): each training batch is mixed
+with a permutation of itself on the adapter's tokens, and the loss weighs both items' labels by the mix.
+
 Metrics: accuracy (micro: over labeled tokens), macro-F1; at test time the per-class accuracy
 (recall) of every class that has test examples (``test/acc_<class>``; a class without test
 examples is left out, not reported as 0) and the confusion matrix (rows true, columns predicted).
@@ -25,6 +28,8 @@ The epoch loss is the mean over labeled tokens (each batch weighted by its label
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +41,7 @@ from seqattn.model.protocols import augmented_inputs
 from seqattn.objectives.base import Objective
 from seqattn.objectives.consistency import sharpened_consistency
 from seqattn.objectives.distill import Distillation
+from seqattn.objectives.mixup import Mix, draw_mix
 from seqattn.objectives.predictions import Prediction
 
 
@@ -279,13 +285,54 @@ class SequenceClassification(SequenceLabeling):
 
     Same loss and metrics as :class:`SequenceLabeling` (accuracy, macro-F1, per-class test
     accuracy, test confusion matrix); the head must pool (``PooledHead``).
+
+    Args:
+        mixup: ``α > 0``: mix each training batch with a permutation of itself, ``λ ~ Beta(α, α)``
+            (:mod:`seqattn.objectives.mixup`; the training accuracy counts each item's own label, the one
+            with weight ``max(λ, 1 − λ)``); 0 = off. Validation, test and prediction never mix.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, mixup: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.consistency:
             raise ValueError(f"consistency={self.consistency}: the two-view consistency is per token "
                              "(SequenceLabeling); a sequence label has no unlabeled tokens to reach, set consistency=0")
+        if isinstance(mixup, bool) or not isinstance(mixup, (int, float)) or not float(mixup) >= 0.0:
+            raise ValueError(f"mixup must be a Beta concentration alpha >= 0 (0 = off, 0.2-0.4 usual), got {mixup!r}")
+        #: mixup's alpha (0 = off)
+        self.mixup = float(mixup)
+        if self.mixup and "transform" not in inspect.signature(self.net.forward).parameters:
+            raise ValueError(f"mixup={self.mixup} mixes the adapter's tokens through the network's `transform` "
+                             f"argument, which {type(self.net).__name__}.forward does not take: set objective.mixup=0")
+        self._mix: Mix | None = None  # the current training batch's mix
+
+    def set_distillation(self, distillation: Distillation | None) -> None:
+        if distillation is not None and self.mixup:
+            raise ValueError(f"mixup={self.mixup} with a distillation teacher: the teacher would see the unmixed "
+                             "clips; set objective.mixup=0 or leave distill.teacher unset")
+        super().set_distillation(distillation)
+
+    def model_step(self, batch: dict, stage: str) -> torch.Tensor:
+        if stage != "train" or not self.mixup:
+            return super().model_step(batch, stage)
+        labels = batch["labels"]
+        self._mix = draw_mix(self.mixup, int(labels.shape[0]), labels.device)
+        try:
+            return super().model_step(batch, stage)
+        finally:
+            self._mix = None
+
+    def forward(self, batch: dict, return_attention: bool | list[int] = False) -> dict:
+        if self._mix is None:
+            return super().forward(batch, return_attention)
+        return self.net(batch, return_attention=return_attention, transform=self._mix.tokens)
+
+    def loss(self, out: dict, batch: dict) -> torch.Tensor:
+        if self._mix is None:
+            return super().loss(out, batch)
+        logits, labels = out["logits"], batch["labels"]
+        self._check(logits, labels)
+        return self._mix.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, label_smoothing=self.label_smoothing)
 
     def loss_weight(self, out: dict, batch: dict) -> int:
         return int(batch["labels"].shape[0])
