@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from seqattn.core import Encoder
 from seqattn.core import dropout as fast
-from seqattn.core.dropout import Dropout, dropout, keep_mask, set_fast_dropout
+from seqattn.core.dropout import Dropout, dropout, keep_mask, scaled_keep_mask, set_fast_dropout
 
 N = 1 << 20  # elements per statistical check: a rate's standard error is ~5e-4
 
@@ -36,6 +36,27 @@ def test_keep_rate_and_every_slot_of_a_draw(p):
     for slot in range(4):
         assert _within(keep[slot::4].float().mean().item(), 1 - p, N // 4), slot
     assert scale == pytest.approx(1 / (1 - p), rel=1e-4)
+
+
+@pytest.mark.parametrize("p", [0.0, 1 / 32768, 0.1, 0.3, 0.5, 0.9, 32767 / 32768])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_scaled_mask_is_the_keep_mask_times_its_scale_bit_for_bit(p, dtype):
+    shape = (3, 1001, 7)  # an element count not a multiple of 4: the last draw is cut
+    torch.manual_seed(5)
+    keep, scale = keep_mask(shape, p)
+    torch.manual_seed(5)
+    mask = scaled_keep_mask(shape, p, dtype)
+    assert mask.dtype == dtype and mask.shape == shape
+    assert torch.equal(mask, keep.to(dtype).mul_(scale))
+    after = torch.rand(())  # the generator moved as far as keep_mask moves it
+    torch.manual_seed(5)
+    keep_mask(shape, p)
+    assert torch.equal(after, torch.rand(()))
+
+
+def test_scaled_mask_refuses_p_one():
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        scaled_keep_mask((4,), 1.0)
 
 
 def test_neighbours_are_independent():
