@@ -5,6 +5,8 @@ attention spent on it) stays small.
 sampler (shuffled, or Lightning's ``DistributedSampler`` under DDP, which it re-creates the batch
 sampler with), cuts it into pools of ``bucket_batches`` batches, sorts each pool by length, cuts
 the pool into batches and shuffles the batches. Every item is in exactly one batch per epoch.
+With ``shuffle=False`` (validation: :meth:`seqattn.datakit.module.DataModule.split_loader`) the batches
+keep the pools' sorted order and nothing random is drawn.
 
 Exact mid-epoch resume (:mod:`seqattn.training.resume`): all its randomness is drawn at the start
 of ``__iter__`` from one ``torch.Generator`` -- the inner ``RandomSampler``'s, shared -- whose state
@@ -29,11 +31,12 @@ class LengthBucketSampler(BatchSampler):
         lengths: the length of every dataset item (tokens, frames), indexed like the dataset.
         bucket_batches: batches per sorted pool (larger: less padding, less randomness).
         generator: shuffles the batches; default the inner sampler's generator (one state to resume).
+        shuffle: shuffle the batches (training); False: shortest first, no random draw (evaluation).
     """
 
     def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool = False,
                  lengths: Sequence[int] | None = None, bucket_batches: int = 50,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, shuffle: bool = True) -> None:
         super().__init__(sampler, batch_size, drop_last)
         if lengths is None:
             raise ValueError("LengthBucketSampler needs the lengths of the dataset's items")
@@ -42,6 +45,7 @@ class LengthBucketSampler(BatchSampler):
         self.lengths = [int(n) for n in lengths]
         self.bucket_batches = int(bucket_batches)
         self.generator = generator if generator is not None else getattr(sampler, "generator", None)
+        self.shuffle = bool(shuffle)
 
     def batches(self) -> list[list[int]]:
         """This epoch's batches in order (draws the inner sampler's order and the batch shuffle)."""
@@ -54,6 +58,8 @@ class LengthBucketSampler(BatchSampler):
                 batch = chunk[first:first + self.batch_size]
                 if len(batch) == self.batch_size or not self.drop_last:
                     batches.append(batch)
+        if not self.shuffle:
+            return batches
         shuffle = torch.randperm(len(batches), generator=self.generator).tolist()
         return [batches[i] for i in shuffle]
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from seqattn.datakit.buckets import LengthBucketSampler
 from seqattn.datakit.files import resolve_data_dir
@@ -311,11 +311,23 @@ class TaskDataModule(L.LightningDataModule):
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator, **common)
 
     def split_loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        """The loader of ``split``. With ``bucket_by_length``, the validation split comes in batches of
+        similar lengths too, shortest first, in a fixed order (:class:`LengthBucketSampler` with one pool and
+        ``shuffle=False``): it is evaluated every epoch, and its metrics are sums over items, so only the
+        padding changes (UD LinES dev at batch 64: 24,162 positions instead of 67,464 for its 21,637 words). Test and prediction keep the file's order
+        (figures read the first test batch; predictions are written in order)."""
         if not self.datasets:
             self.setup()
         if split not in self.datasets:
             raise ValueError(f"no {split} split (splits: {sorted(self.datasets)})")
-        return self.loader(self.datasets[split], shuffle)
+        dataset = self.datasets[split]
+        if split == "val" and not shuffle and self.bucket_by_length and len(dataset):
+            batches = LengthBucketSampler(SequentialSampler(dataset), self.batch_size, False,
+                                          lengths=self.item_lengths(dataset),
+                                          bucket_batches=-(-len(dataset) // self.batch_size), shuffle=False)
+            return DataLoader(dataset, batch_sampler=batches, num_workers=self.num_workers, collate_fn=self.collate,
+                              persistent_workers=self.num_workers > 0)
+        return self.loader(dataset, shuffle)
 
     def train_dataloader(self) -> DataLoader:
         return self.split_loader("train", shuffle=True)

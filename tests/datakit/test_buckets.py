@@ -79,4 +79,21 @@ def test_text_datamodule_buckets_its_training_batches(tmp_path):
     assert not isinstance(plain.train_dataloader().batch_sampler, LengthBucketSampler)
     assert padding_fraction(batches, lengths) < padding_fraction(list(plain.train_dataloader().batch_sampler),
                                                                  lengths)
-    assert not isinstance(dm.val_dataloader().batch_sampler, LengthBucketSampler)  # evaluation: in order
+    val = [b for b in dm.val_dataloader().batch_sampler]  # validation: sorted once, shortest first, fixed
+    val_lengths = dm.item_lengths(dm.datasets["val"])
+    assert [i for b in val for i in b] == sorted(range(20), key=val_lengths.__getitem__)
+    assert [b for b in dm.val_dataloader().batch_sampler] == val
+    test = [b for b in dm.test_dataloader().batch_sampler]  # test (figures, predictions): the file's order
+    assert [i for b in test for i in b] == list(range(20))
+    assert [i for b in plain.val_dataloader().batch_sampler for i in b] == list(range(20))  # no buckets: in order
+
+
+def test_an_unshuffled_sampler_sorts_once_and_draws_nothing():
+    g = torch.Generator().manual_seed(0)
+    state = g.get_state()
+    sampler = LengthBucketSampler(list(range(len(LENGTHS))), 8, False, lengths=LENGTHS,
+                                  bucket_batches=len(LENGTHS), generator=g, shuffle=False)
+    batches = list(sampler)
+    assert [i for b in batches for i in b] == sorted(range(len(LENGTHS)), key=LENGTHS.__getitem__)
+    assert list(sampler) == batches and torch.equal(g.get_state(), state)
+    assert all(len(b) == 8 for b in batches[:-1]) and len(batches) == len(sampler)
