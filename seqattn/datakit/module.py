@@ -314,8 +314,9 @@ class TaskDataModule(L.LightningDataModule):
         """The loader of ``split``. With ``bucket_by_length``, the validation split comes in batches of
         similar lengths too, shortest first, in a fixed order (:class:`LengthBucketSampler` with one pool and
         ``shuffle=False``): it is evaluated every epoch, and its metrics are sums over items, so only the
-        padding changes (UD LinES dev at batch 64: 24,162 positions instead of 67,464 for its 21,637 words). Test and prediction keep the file's order
-        (figures read the first test batch; predictions are written in order)."""
+        padding changes (UD LinES dev at batch 64: 24,162 positions instead of 67,464 for its 21,637 words).
+        Test and prediction keep the file's order (figures read the first test batch; predictions are
+        written in order)."""
         if not self.datasets:
             self.setup()
         if split not in self.datasets:

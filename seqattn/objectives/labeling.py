@@ -309,7 +309,7 @@ class SequenceClassification(SequenceLabeling):
     def set_distillation(self, distillation: Distillation | None) -> None:
         if distillation is not None and self.mixup:
             raise ValueError(f"mixup={self.mixup} with a distillation teacher: the teacher would see the unmixed "
-                             "clips; set objective.mixup=0 or leave distill.teacher unset")
+                             "inputs; set objective.mixup=0 or leave distill.teacher unset")
         super().set_distillation(distillation)
 
     def model_step(self, batch: dict, stage: str) -> torch.Tensor:
