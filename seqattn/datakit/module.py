@@ -295,11 +295,18 @@ class TaskDataModule(L.LightningDataModule):
         return self._lengths[key]
 
     def loader(self, dataset: Dataset, shuffle: bool = False, batch_size: int | None = None,
-               collate: Callable | None = None) -> DataLoader:
+               collate: Callable | None = None, by_length: bool = False) -> DataLoader:
+        """``dataset``'s loader: shuffled (seeded) or in order; with ``bucket_by_length``, shuffled batches of
+        similar lengths, and with ``by_length`` too an unshuffled loader's batches sorted by length (fixed)."""
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
         batch_size = batch_size or self.batch_size
         common = dict(num_workers=self.num_workers, collate_fn=collate or self.collate,
                       persistent_workers=self.num_workers > 0)
+        if by_length and not shuffle and self.bucket_by_length and len(dataset):
+            sampler = LengthBucketSampler(SequentialSampler(dataset), batch_size, False,
+                                          lengths=self.item_lengths(dataset),
+                                          bucket_batches=-(-len(dataset) // batch_size), shuffle=False)
+            return DataLoader(dataset, batch_sampler=sampler, **common)
         if shuffle and self.bucket_by_length:
             sampler = LengthBucketSampler(RandomSampler(dataset, generator=generator), batch_size, False,
                                           lengths=self.item_lengths(dataset), bucket_batches=self.bucket_batches,
@@ -321,14 +328,7 @@ class TaskDataModule(L.LightningDataModule):
             self.setup()
         if split not in self.datasets:
             raise ValueError(f"no {split} split (splits: {sorted(self.datasets)})")
-        dataset = self.datasets[split]
-        if split == "val" and not shuffle and self.bucket_by_length and len(dataset):
-            batches = LengthBucketSampler(SequentialSampler(dataset), self.batch_size, False,
-                                          lengths=self.item_lengths(dataset),
-                                          bucket_batches=-(-len(dataset) // self.batch_size), shuffle=False)
-            return DataLoader(dataset, batch_sampler=batches, num_workers=self.num_workers, collate_fn=self.collate,
-                              persistent_workers=self.num_workers > 0)
-        return self.loader(dataset, shuffle)
+        return self.loader(self.datasets[split], shuffle, by_length=split == "val")
 
     def train_dataloader(self) -> DataLoader:
         return self.split_loader("train", shuffle=True)
