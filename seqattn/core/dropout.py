@@ -30,20 +30,14 @@ ENABLED = True
 _LEVELS = 1 << 15  # 15-bit uniforms: four from each 63-bit draw
 
 
-def _uniforms(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str,
-              generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
-    """The draws of :func:`keep_mask` and :func:`scaled_keep_mask`: ``[numel]`` int16 uniforms in
-    ``[0, 32768)`` (a fresh tensor, free to change in place) and the threshold ``t = round(p · 32768)``."""
-    numel = math.prod(shape)
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
-    return words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1), int(round(float(p) * _LEVELS))
-
-
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu",
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
     """A random keep mask ``[*shape]`` bool (each element kept with probability ``1 - t/32768``,
     ``t = round(p · 32768)``) and the scale ``32768 / (32768 - t)`` that keeps the expectation."""
-    uniform, threshold = _uniforms(shape, p, device, generator)
+    numel = math.prod(shape)
+    threshold = int(round(float(p) * _LEVELS))
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
+    uniform = words.view(torch.int16)[:numel].bitwise_and(_LEVELS - 1)  # [numel] in [0, 32768)
     return uniform.ge(threshold).view(shape), _LEVELS / (_LEVELS - threshold)
 
 
@@ -58,8 +52,11 @@ def scaled_keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch
     ``[64, 35, 64]`` tensor: 62 against 168 µs, the 93 µs draw aside)."""
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"scaled_keep_mask needs a drop probability in [0, 1), got {p!r}")
-    uniform, threshold = _uniforms(shape, p, device, generator)
-    keep = uniform.sub_(threshold).bitwise_right_shift_(15).add_(1)  # [numel] 1 = keep, 0 = drop (int16)
+    numel = math.prod(shape)
+    threshold = int(round(float(p) * _LEVELS))
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
+    bits = words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1)  # [numel] in [0, 32768), in place
+    keep = bits.sub_(threshold).bitwise_right_shift_(15).add_(1)  # [numel] 1 = keep, 0 = drop (int16)
     return keep.view(shape).to(dtype).mul_(_LEVELS / (_LEVELS - threshold))
 
 
