@@ -8,7 +8,7 @@ edges) and planned once per forward onto an exact kernel whose cost follows the 
 Mask convention (everywhere): bool ``True`` = real token / may attend; float = additive bias.
 """
 
-from seqattn.core.attention import MultiHeadAttention
+from seqattn.core.attention import GlobalLinearAttention, MultiHeadAttention
 from seqattn.core.encoder import Encoder, EncoderLayer, FeedForward
 from seqattn.core.kernels import (
     KERNELS,
@@ -59,6 +59,7 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "GlobalLinearAttention",
     "LearnedPositional",
     "MultiHeadAttention",
     "RelativePositionBias",

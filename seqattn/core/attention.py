@@ -274,3 +274,46 @@ class MultiHeadAttention(nn.Module):
         ek = self.edge_k_proj(edge_attr).view(bb, length, src_len, h, self.dim_k // h)  # [B, L, S, H, K/H]
         ev = self.edge_v_proj(edge_attr).view(bb, length, src_len, h, self.dim_v // h)  # [B, L, S, H, V/H]
         return ek.permute(0, 3, 1, 2, 4), ev.permute(0, 3, 1, 2, 4)  # [B, H, L, S, K/H], [B, H, L, S, V/H]
+
+
+class GlobalLinearAttention(nn.Module):
+    """SGFormer's simple global attention (Wu et al. 2023): every real token reads every real token of its
+    batch item in ``O(L·D²)``, one head, no softmax. ``x [B, L, D]``, ``mask [B, L]`` (True = real) ->
+    ``[B, L, D]`` (padding zero)::
+
+        q, k, v = x W^Q, x W^K, x W^V           (padding rows zeroed)
+        q̃ = q / ‖q‖_F,  k̃ = k / ‖k‖_F           (Frobenius norms over the item's N real tokens)
+        out_l = (N v_l + q̃_l (k̃ᵀ v)) / (N + q̃_l · Σ_s k̃_s)
+
+    i.e. weights ``a_ls = (N δ_ls + q̃_l · k̃_s) / (N + Σ_s' q̃_l · k̃_s')``: the token's own value plus every
+    token's value weighed by its normalised score (``|q̃_l · k̃_s| ≤ 1``: the denominator stays ``≥ 0``; SGFormer's
+    eq. 4 with the ``1/N`` multiplied out). The graph tasks mix it with the graph-masked attention
+    (``Encoder(global_attention=w)``): a view beyond the neighbourhood at linear cost, SGFormer's GCN branch
+    being the masked attention here.
+    """
+
+    def __init__(self, dim: int, bias: bool = True) -> None:
+        super().__init__()
+        self.q_proj = nn.Linear(dim, dim, bias=bias)
+        self.k_proj = nn.Linear(dim, dim, bias=bias)
+        self.v_proj = nn.Linear(dim, dim, bias=bias)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``x [B, L, D]``, ``mask [B, L]`` bool (None = all real) -> ``[B, L, D]``."""
+        b, length, _ = x.shape
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # [B, L, D] each
+        if mask is None:
+            n = x.new_full((b, 1, 1), float(length))  # [B, 1, 1]
+        else:
+            if mask.shape != (b, length):
+                raise ValueError(f"mask must be [B={b}, L={length}] (True = real token), got {tuple(mask.shape)}")
+            keep = mask.unsqueeze(-1).to(x.dtype)  # [B, L, 1]
+            q, k, v = q * keep, k * keep, v * keep
+            n = mask.sum(1).clamp_min(1).to(x.dtype).view(b, 1, 1)  # [B, 1, 1]
+        tiny = torch.finfo(x.dtype).tiny
+        q = q / q.flatten(1).norm(dim=1).clamp_min(tiny).view(b, 1, 1)  # [B, L, D], ‖q̃‖_F = 1 per item
+        k = k / k.flatten(1).norm(dim=1).clamp_min(tiny).view(b, 1, 1)
+        num = n * v + q @ (k.transpose(1, 2) @ v)  # [B, L, D]: (k̃ᵀ v) is [B, D, D]
+        den = n + q @ k.sum(1).unsqueeze(-1)  # [B, L, 1]
+        out = num / den
+        return out if mask is None else out * keep

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqattn.core.attention import MultiHeadAttention, check_heads
+from seqattn.core.attention import GlobalLinearAttention, MultiHeadAttention, check_heads
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.checks import tracing
 from seqattn.core.conv import conv1d_positions
@@ -91,9 +91,12 @@ class EncoderLayer(nn.Module):
         edge_dim: int = 0,
         attn_scale: float | None = None,
         conv_kernel: int = 0,
+        global_attention: float = 0.0,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
+        self.global_attention = float(global_attention)
+        self.global_attn = GlobalLinearAttention(dim) if global_attention else None
         self.conv = ConvModule(dim, conv_kernel) if conv_kernel else None
         self.norm_conv = nn.LayerNorm(dim) if conv_kernel else None
         self.drop_conv = Dropout(dropout) if conv_kernel else None
@@ -105,12 +108,17 @@ class EncoderLayer(nn.Module):
         self.drop1 = Dropout(dropout)
         self.drop2 = Dropout(dropout)
 
-    def forward(self, x, mask=None, attn_mask=None, need_weights=False, conv_mask=None, **attn_kwargs):
+    def forward(self, x, mask=None, attn_mask=None, need_weights=False, conv_mask=None, token_mask=None,
+                **attn_kwargs):
         """``x [B, L, D]``, masks as in ``MultiHeadAttention`` -> ``[B, L, D]`` (and weights);
-        ``conv_mask [B, L]`` (True = real token; default ``mask``) is what the convolution module reads."""
+        ``conv_mask [B, L]`` (True = real token; default ``mask``) is what the convolution module reads,
+        ``token_mask [B, L]`` (default ``mask``) the real tokens the global branch reads (``global_attention``)."""
         h = self.norm1(x) if self.norm_first else x
         attn = self.attn(h, mask, attn_mask, need_weights, **attn_kwargs)
         attn, weights = attn if need_weights else (attn, None)
+        if self.global_attn is not None:  # (1 - w) · the planned attention + w · the global branch; weights: the former
+            w = self.global_attention
+            attn = (1.0 - w) * attn + w * self.global_attn(h, mask if token_mask is None else token_mask)
         x = x + self.drop1(attn)
         if not self.norm_first:
             x = self.norm1(x)
@@ -188,6 +196,11 @@ class Encoder(nn.Module):
             the same arithmetic for every real token, without the projections and feed-forward of the padding.
             Not when attention weights are asked for, under tracing or with rotary positions (they read the
             padded position). False = always the padded layout (tests, benchmarks).
+        global_attention: ``w`` in ``[0, 1]``: every layer's attention becomes ``(1 - w)`` × the planned attention
+            (a graph's masked attention) ``+ w`` × a global branch over all real tokens of the batch item
+            (:class:`~seqattn.core.attention.GlobalLinearAttention`, SGFormer's simple global attention: linear in
+            the length, its own three projections per layer). Batch items stay apart (a padded graph batch is not
+            packed then). Returned attention weights are the planned attention's. 0 = none (default).
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -222,8 +235,14 @@ class Encoder(nn.Module):
         initial_residual: float = 0.0,
         conv_kernel: int = 0,
         pack_graphs: bool = True,
+        global_attention: float = 0.0,
     ) -> None:
         super().__init__()
+        if isinstance(global_attention, bool) or not isinstance(global_attention, (int, float)) or not (
+                0.0 <= float(global_attention) <= 1.0):
+            raise ValueError(f"global_attention must be a number in [0, 1] (the global branch's share of every "
+                             f"layer's attention; 0 = none), got {global_attention!r}")
+        self.global_attention = float(global_attention)
         if not isinstance(pack_graphs, bool):
             raise ValueError(f"pack_graphs must be true or false (run padded graph batches on their real tokens), "
                              f"got {pack_graphs!r}")
@@ -268,7 +287,7 @@ class Encoder(nn.Module):
         self.edge_dim = int(edge_dim)
         self.layers = nn.ModuleList(
             EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v,
-                         edge_dim, attn_scale, conv_kernel)
+                         edge_dim, attn_scale, conv_kernel, self.global_attention)
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
@@ -383,7 +402,7 @@ class Encoder(nn.Module):
             conv_mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask.clone()
             conv_mask[:, :num_global] = False
         packed = None
-        if self.pack_graphs and not wanted and self.rotary is None and not tracing():
+        if self.pack_graphs and not wanted and self.rotary is None and not self.global_attention and not tracing():
             packed = pack_edge_plan(plan)  # (tokens [T], the plan over [1, T]) or None
         if packed is not None:
             tokens, plan = packed
@@ -395,7 +414,7 @@ class Encoder(nn.Module):
         weights = []
         x0 = x  # [B, L, D] (packed: [1, T, D]), what the initial residual mixes back
         for i, layer in enumerate(self.layers):
-            out = layer(x, None, None, i in wanted, conv_mask=conv_mask, rotary=self.rotary, plan=plan,
+            out = layer(x, None, None, i in wanted, conv_mask=conv_mask, token_mask=mask, rotary=self.rotary, plan=plan,
                         attention_items=attention_items, bias=bias)
             if i in wanted:
                 x, w = out
