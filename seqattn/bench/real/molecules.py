@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import torch
 
 from seqattn.bench.real import Context, Result, command_line, run_recipe
+from seqattn.modalities.graph.molecules import ATOM_DESCRIPTORS
 
 #: case -> (file under <data>/molecules, target column, default seeds)
 DATASETS = {
@@ -64,12 +65,15 @@ def _one_hot(value: Any, choices: Sequence[Any], other: bool = True) -> list[flo
     return out
 
 
-def attentivefp_graph(smiles: str):
+def attentivefp_graph(smiles: str, atom_descriptors: bool = False):
     """SMILES -> ``torch_geometric.data.Data(x [n, 39], edge_index [2, 2m], edge_attr [2m, 10])``
     with the AttentiveFP paper's features (Table 1, as in PyG's ``examples/attentive_fp.py``):
     atom symbol (15 + other), degree (0-5), formal charge, radical electrons, hybridisation
     (sp, sp2, sp3, sp3d, sp3d2, other), aromatic, total H (0-4), chirality possible, R/S;
-    bond type (4), conjugated, in ring, stereo (none, any, Z, E)."""
+    bond type (4), conjugated, in ring, stereo (none, any, Z, E). ``atom_descriptors``: ``x [n, 42]``, the
+    recipe's three descriptor columns appended (:func:`~seqattn.modalities.graph.molecules.atom_descriptor_values`),
+    so that both sides of the bench read the same chemistry."""
+    from seqattn.modalities.graph.molecules import atom_descriptor_values
     from rdkit import Chem
     from torch_geometric.data import Data
 
@@ -100,7 +104,10 @@ def attentivefp_graph(smiles: str):
         feat += [float(bond.GetIsConjugated()), float(bond.IsInRing())] + _one_hot(bond.GetStereo(), stereo, False)
         index += [[i, j], [j, i]]
         attrs += [feat, feat]
-    x = torch.tensor(xs, dtype=torch.float32).view(-1, AFP_ATOM_FEATURES)
+    if atom_descriptors:
+        xs = [row + extra for row, extra in zip(xs, atom_descriptor_values(mol))]
+    width = AFP_ATOM_FEATURES + (ATOM_DESCRIPTORS if atom_descriptors else 0)
+    x = torch.tensor(xs, dtype=torch.float32).view(-1, width)
     edge_index = torch.tensor(index, dtype=torch.long).view(-1, 2).t().contiguous()
     edge_attr = torch.tensor(attrs, dtype=torch.float32).view(-1, AFP_BOND_FEATURES)
     return Data(x=x, edge_index=edge_index, edge_attr=edge_attr)
@@ -119,6 +126,7 @@ class AttentiveFPSettings:
     batch_size: int = 200
     max_epochs: int = 200
     patience: int = 50
+    atom_descriptors: bool = False  # the recipe's descriptor columns too (set from the recipe run's data config)
 
 
 def train_attentivefp(splits: dict[str, list[tuple[str, float]]], seed: int,
@@ -139,7 +147,7 @@ def train_attentivefp(splits: dict[str, list[tuple[str, float]]], seed: int,
     def dataset(part: str) -> list:
         out = []
         for smiles, y in splits[part]:
-            g = attentivefp_graph(smiles)
+            g = attentivefp_graph(smiles, s.atom_descriptors)
             g.y = torch.tensor([[(y - mean) / std]], dtype=torch.float32)
             out.append(g)
         return out
@@ -148,7 +156,8 @@ def train_attentivefp(splits: dict[str, list[tuple[str, float]]], seed: int,
     generator = torch.Generator().manual_seed(seed)
     train_loader = DataLoader(data["train"], batch_size=s.batch_size, shuffle=True, generator=generator)
     loaders = {p: DataLoader(data[p], batch_size=s.batch_size) for p in ("val", "test")}
-    model = AttentiveFP(in_channels=AFP_ATOM_FEATURES, hidden_channels=s.hidden, out_channels=1,
+    model = AttentiveFP(in_channels=AFP_ATOM_FEATURES + (ATOM_DESCRIPTORS if s.atom_descriptors else 0),
+                        hidden_channels=s.hidden, out_channels=1,
                         edge_dim=AFP_BOND_FEATURES, num_layers=s.layers, num_timesteps=s.timesteps,
                         dropout=s.dropout)
     optimizer = torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
@@ -245,7 +254,12 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
         ours.append(float(metrics[key]))
         our_s.append(seconds)
         splits = recipe_splits(run_dir, target)
-        ref = train_attentivefp(splits, seed, settings)
+        # the reference reads the recipe's atom descriptors when the run did (the same chemistry on both sides)
+        from omegaconf import OmegaConf
+
+        descriptors = bool(OmegaConf.load(run_dir / "config.yaml").data.get("atom_descriptors", False))
+        ref = train_attentivefp(splits, seed, dataclasses.replace(settings or AttentiveFPSettings(),
+                                                                  atom_descriptors=descriptors))
         theirs.append(ref["test_rmse"])
         their_s.append(ref["seconds"])
         ctx.log(f"{name} seed {seed}: seqattn {ours[-1]:.4f} ({metrics.get('epochs')} epochs, {seconds:.0f} s), "
@@ -257,7 +271,8 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
                   seqattn_seconds=our_s, reference_seconds=their_s,
                   command=command_line([*base, "seed=<s>", *ctx.extra]),
                   notes=ctx.choose("", "QUICK: budget.steps=500 budget.min_epochs=1, AttentiveFP 20 epochs; ") + f"{ctx.seed_label(seeds)}; test molecules per seed: {', '.join(notes)}; AttentiveFP on the "
-                        "same split, paper features, PyG example settings + best-val epoch",
+                        "same split, paper features" + (" + the recipe's atom descriptors" if descriptors else "")
+                        + ", PyG example settings + best-val epoch",
                   reference_imports=("torch", "rdkit.Chem", "torch_geometric.loader", "torch_geometric.nn.models"))
 
 

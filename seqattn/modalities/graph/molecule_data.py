@@ -25,13 +25,13 @@ from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import split
 from seqattn.modalities.graph.batching import collate_graphs
 from seqattn.modalities.graph.molecules import (
-    ATOM_FEATURES,
     BOND_FEATURES,
     ELEMENTS,
     FEATURIZER_VERSION,
     KINDS,
     MOLECULENET,
     TOKENS,
+    atom_feature_width,
     featurize_records,
     moleculenet_csv,
     nci_tpsa_path,
@@ -100,7 +100,8 @@ def collate_molecules(graphs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 class MoleculeDataModule(TaskDataModule):
     """Molecule property data: SMILES -> graphs, splits, loaders, and the predict protocol.
 
-    Batches (``collate_molecules``): ``x [B, N, ATOM_FEATURES]``, ``mask [B, N]``, ``edge_index [2, E]``,
+    Batches (``collate_molecules``): ``x [B, N, F]`` (``F = ATOM_FEATURES``, + ``ATOM_DESCRIPTORS`` with
+    ``atom_descriptors``), ``mask [B, N]``, ``edge_index [2, E]``,
     ``edge_attr [E, BOND_FEATURES]``, ``pe [B, N, pe_dim]`` (when ``positional != none``),
     ``targets [B, T]`` (NaN = missing), ``ids``, ``smiles``.
 
@@ -126,6 +127,9 @@ class MoleculeDataModule(TaskDataModule):
         train_fraction: keep this share of the training molecules (a seeded sample, after the split: the
             val and test molecules are those of ``train_fraction=1``); the target statistics are the kept
             molecules'. Few-label runs (fine-tuning from a pretrained checkpoint).
+        atom_descriptors: each atom also carries its Crippen logP and molar-refractivity contributions and its
+            Gasteiger charge (:func:`~seqattn.modalities.graph.molecules.atom_descriptor_values`, 3 more columns
+            of ``x``): physical-chemistry priors a small set cannot learn from the one-hot features alone.
 
     Missing target values (an empty cell, ``nan``) are masked out of that target's loss and metrics;
     ``setup()`` logs their count per target and split (:meth:`missing_targets`).
@@ -160,7 +164,12 @@ class MoleculeDataModule(TaskDataModule):
         bucket_batches: int = 50,
         train_fraction: float = 1.0,
         tokens: str = "atoms",
+        atom_descriptors: bool = False,
     ) -> None:
+        if not isinstance(atom_descriptors, bool):
+            raise ValueError(f"atom_descriptors must be true or false (Crippen contributions and Gasteiger charges "
+                             f"as 3 more atom features), got {atom_descriptors!r}")
+        self.atom_descriptors = atom_descriptors
         if source is None:
             source = "csv" if path else ("moleculenet" if moleculenet else "nci_tpsa")
         if source not in SOURCES:
@@ -210,12 +219,12 @@ class MoleculeDataModule(TaskDataModule):
     @property
     def node_features(self) -> int:
         """Width of a token's features: an atom's, or (``tokens="bonds"``) its two atoms' sum and the bond's."""
-        return ATOM_FEATURES + (BOND_FEATURES if self.tokens == "bonds" else 0)
+        return atom_feature_width(self.atom_descriptors) + (BOND_FEATURES if self.tokens == "bonds" else 0)
 
     @property
     def edge_features(self) -> int:
         """Width of an edge's features: a bond's, or (``tokens="bonds"``) the atom two bonds share."""
-        return ATOM_FEATURES if self.tokens == "bonds" else BOND_FEATURES
+        return atom_feature_width(self.atom_descriptors) if self.tokens == "bonds" else BOND_FEATURES
 
     @property
     def target_kinds(self) -> list[str]:
@@ -273,7 +282,8 @@ class MoleculeDataModule(TaskDataModule):
         key = json.dumps([str(src.resolve()), stat.st_size, stat.st_mtime_ns, self.smiles_column, self.target_columns,
                           self.target_kinds, self.id_column, self.positional, self.pe_dim, self.skip_invalid,
                           self.split, self.split_column, self.limit, self.encoding, FEATURIZER_VERSION]
-                         + ([self.tokens] if self.tokens != "atoms" else []))  # atom caches keep their names
+                         + ([self.tokens] if self.tokens != "atoms" else [])  # atom caches keep their names
+                         + (["atom_descriptors"] if self.atom_descriptors else []))
         return self.data_dir / "molecules" / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
 
     def _load_graphs(self) -> list[dict[str, Any]]:
@@ -291,7 +301,8 @@ class MoleculeDataModule(TaskDataModule):
         if self.limit is not None:
             records = records[: self.limit]
         graphs, self.invalid = featurize_records(records, self.skip_invalid, self.positional, self.pe_dim,
-                                                 scaffolds=self.split == "scaffold", tokens=self.tokens)
+                                                 scaffolds=self.split == "scaffold", tokens=self.tokens,
+                                                 atom_descriptors=self.atom_descriptors)
         if cache is not None and graphs:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".tmp{os.getpid()}")
@@ -381,7 +392,7 @@ class MoleculeDataModule(TaskDataModule):
             self.record_malformed(path, bad, len(records), "row(s)", "molecule(s)")
         skip = self.skip_invalid_predict or self.on_error == "skip"
         graphs, invalid = featurize_records(records, skip, self.positional, self.pe_dim, hint=PREDICT_SKIP_HINT,
-                                            tokens=self.tokens)
+                                            tokens=self.tokens, atom_descriptors=self.atom_descriptors)
         self.record_skipped((entry.rsplit(": ", 1)[0], f"RDKit cannot parse the SMILES {entry.rsplit(': ', 1)[-1]}")
                             for entry in invalid)
         if not graphs:
@@ -444,7 +455,8 @@ class SmilesDataModule(MoleculeDataModule):
         if not self.datasets:
             raise RuntimeError("spec() needs setup()")
         return DataSpec(num_outputs=NODE_TYPES, labels=None,
-                        sizes={"node_features": ATOM_FEATURES, "edge_features": BOND_FEATURES, "node_types": NODE_TYPES},
+                        sizes={"node_features": self.node_features, "edge_features": BOND_FEATURES,
+                               "node_types": NODE_TYPES},
                         provides={"pe": "none" if self.positional == "none" else f"{self.positional}/{self.pe_dim}"})
 
     def _log_missing_targets(self) -> None:

@@ -25,8 +25,10 @@ A SMILES RDKit cannot parse is counted and reported with its file and line; by d
 without those molecules (the count is logged and kept in ``datamodule.invalid``).
 
 Atom features (one-hot, :data:`ATOM_FEATURES` wide): element, degree, formal charge, total
-hydrogens, hybridisation, CIP chirality (R / S), aromatic, in ring. Bond features (:data:`BOND_FEATURES`): bond type
-(single/double/triple/aromatic), conjugated, in ring. Both directions of every bond are edges.
+hydrogens, hybridisation, CIP chirality (R / S), aromatic, in ring; with ``atom_descriptors=True``
+:data:`ATOM_DESCRIPTORS` more columns: the atom's Crippen contributions to logP and to molar refractivity
+(Wildman & Crippen 1999, ÷10) and its Gasteiger partial charge (clipped to ±1; 0 where RDKit has none).
+Bond features (:data:`BOND_FEATURES`): bond type (single/double/triple/aromatic), conjugated, in ring. Both directions of every bond are edges.
 Graph positional encodings (``positional``) are computed once per molecule when the data is
 loaded and cached on disk with the graphs.
 """
@@ -59,6 +61,8 @@ ATOM_GROUPS = (ELEMENTS, DEGREES, CHARGES, HYDROGENS, HYBRIDIZATIONS, CHIRALITY)
 ATOM_FEATURES = sum(len(g) + 1 for g in ATOM_GROUPS) + 2
 BOND_TYPES = ("SINGLE", "DOUBLE", "TRIPLE", "AROMATIC")
 BOND_FEATURES = len(BOND_TYPES) + 2  # + conjugated, in ring
+#: with ``atom_descriptors``: Crippen logP and molar-refractivity contributions, Gasteiger charge
+ATOM_DESCRIPTORS = 3
 FEATURIZER_VERSION = 2  # 2: + hybridisation, CIP chirality
 KINDS = ("regression", "classification")
 MISSING = MISSING_VALUES
@@ -104,9 +108,41 @@ def parse_smiles(smiles: str):
     return mol
 
 
-def mol_to_graph(mol) -> dict[str, torch.Tensor]:
-    """RDKit molecule -> ``x [n, ATOM_FEATURES]``, ``edge_index [2, 2m]`` (both directions),
-    ``edge_attr [2m, BOND_FEATURES]``."""
+def atom_feature_width(atom_descriptors: bool = False) -> int:
+    """Width F of :func:`mol_to_graph`'s ``x``: :data:`ATOM_FEATURES` (+ :data:`ATOM_DESCRIPTORS`)."""
+    return ATOM_FEATURES + (ATOM_DESCRIPTORS if atom_descriptors else 0)
+
+
+def atom_descriptor_values(mol) -> list[list[float]]:
+    """Per atom of ``mol`` ``[Crippen logP contribution, Crippen molar-refractivity contribution / 10, Gasteiger
+    charge]`` (``[n, ATOM_DESCRIPTORS]``), each with its hydrogens' folded in: computed on the molecule with explicit
+    hydrogens, every added hydrogen's value added to its heavy atom's, so that the columns sum to RDKit's ``MolLogP``,
+    ``MolMR`` / 10 and (Gasteiger charges) the molecule's formal charge. The charge is clipped to ``[-1, 1]`` and 0
+    where RDKit gives none (NaN / inf: atoms outside its parameters)."""
+    from rdkit import Chem
+    from rdkit.Chem import rdMolDescriptors, rdPartialCharges
+
+    n = mol.GetNumAtoms()
+    with_h = Chem.AddHs(mol)  # the heavy atoms keep their indices 0..n-1; added hydrogens follow
+    contribs = rdMolDescriptors._CalcCrippenContribs(with_h)  # [(logP, MR)] per atom, in atom order
+    rdPartialCharges.ComputeGasteigerCharges(with_h)
+    out = [[0.0, 0.0, 0.0] for _ in range(n)]
+    for atom in with_h.GetAtoms():
+        i = atom.GetIdx()
+        owner = i if i < n else atom.GetNeighbors()[0].GetIdx()  # an added hydrogen counts with its heavy atom
+        charge = atom.GetDoubleProp("_GasteigerCharge") if atom.HasProp("_GasteigerCharge") else 0.0
+        row = out[owner]
+        row[0] += contribs[i][0]
+        row[1] += contribs[i][1] / 10.0
+        row[2] += charge if math.isfinite(charge) else 0.0
+    for row in out:
+        row[2] = max(-1.0, min(1.0, row[2]))
+    return out
+
+
+def mol_to_graph(mol, atom_descriptors: bool = False) -> dict[str, torch.Tensor]:
+    """RDKit molecule -> ``x [n, F]`` (``F = atom_feature_width(atom_descriptors)``), ``edge_index [2, 2m]``
+    (both directions), ``edge_attr [2m, BOND_FEATURES]``."""
     atoms = []
     for atom in mol.GetAtoms():
         atoms.append(
@@ -118,6 +154,8 @@ def mol_to_graph(mol) -> dict[str, torch.Tensor]:
             + _one_hot(atom.GetProp("_CIPCode") if atom.HasProp("_CIPCode") else None, CHIRALITY)
             + [float(atom.GetIsAromatic()), float(atom.IsInRing())]
         )
+    if atom_descriptors:
+        atoms = [row + extra for row, extra in zip(atoms, atom_descriptor_values(mol))]
     src, dst, attrs = [], [], []
     for bond in mol.GetBonds():
         i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
@@ -173,10 +211,10 @@ def bond_graph(g: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             "edge_attr": x[shared].view(-1, x.shape[1])}
 
 
-def smiles_to_graph(smiles: str) -> dict[str, torch.Tensor] | None:
+def smiles_to_graph(smiles: str, atom_descriptors: bool = False) -> dict[str, torch.Tensor] | None:
     """SMILES -> graph dict (see :func:`mol_to_graph`), ``None`` if RDKit cannot parse it."""
     mol = parse_smiles(smiles)
-    return None if mol is None else mol_to_graph(mol)
+    return None if mol is None else mol_to_graph(mol, atom_descriptors)
 
 
 def murcko_scaffold(mol) -> str:
@@ -273,6 +311,7 @@ def featurize_records(
     scaffolds: bool = False,
     hint: str = "set data.skip_invalid=true to train without them (they are counted)",
     tokens: str = "atoms",
+    atom_descriptors: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Records -> (graphs, invalid "file:line: SMILES" list).
 
@@ -289,7 +328,7 @@ def featurize_records(
         if mol is None:
             invalid.append(f"{rec['where']}: {rec['smiles']!r}")
             continue
-        g: dict[str, Any] = mol_to_graph(mol)
+        g: dict[str, Any] = mol_to_graph(mol, atom_descriptors)
         if tokens == "bonds":
             g = bond_graph(g)
         if positional != "none":

@@ -371,3 +371,48 @@ def test_bond_tokens_reach_the_spec_the_cache_and_the_predict_input(tmp_path):
         _dm(path, tmp_path, tokens="edges")
     with pytest.raises(ValueError, match="masked-atom pretraining .* needs tokens=atoms, got tokens='bonds'"):
         SmilesDataModule(source="csv", path=str(path), tokens="bonds")
+
+
+@pytest.mark.parametrize("smiles", ["CC(=O)Oc1ccccc1C(=O)O", "C[N+](C)(C)C", "[O-]C(=O)CC", "c1ccncc1Br", "[2H]C([2H])Cl",
+                                    "O", "[Na+].[Cl-]"])
+def test_atom_descriptors_fold_the_hydrogens_into_their_atoms(smiles):
+    """Per heavy atom: Crippen logP, molar refractivity / 10 and Gasteiger charge with its hydrogens' added: the
+    columns sum to RDKit's MolLogP, MolMR / 10 and the formal charge (Gasteiger charges conserve it)."""
+    from rdkit import Chem
+    from rdkit.Chem import Crippen
+
+    mol = mol_mod.parse_smiles(smiles)
+    values = torch.tensor(mol_mod.atom_descriptor_values(mol), dtype=torch.float64)
+    assert values.shape == (mol.GetNumAtoms(), mol_mod.ATOM_DESCRIPTORS)
+    assert math.isclose(values[:, 0].sum(), Crippen.MolLogP(mol), abs_tol=1e-6)
+    assert math.isclose(values[:, 1].sum() * 10, Crippen.MolMR(mol), abs_tol=1e-6)
+    assert math.isclose(values[:, 2].sum(), Chem.GetFormalCharge(mol), abs_tol=1e-6)
+    assert (values[:, 2].abs() <= 1).all()
+
+
+def test_atom_descriptors_reach_the_graph_the_spec_the_cache_and_the_predict_input(tmp_path):
+    """data.atom_descriptors=true: 3 more columns after the one-hot features (those unchanged), the spec's width
+    follows, the cache keeps the two featurisations apart, predict input gets the same columns; a non-bool stops."""
+    plain, extra = smiles_to_graph("CCO"), smiles_to_graph("CCO", atom_descriptors=True)
+    assert extra["x"].shape == (3, ATOM_FEATURES + mol_mod.ATOM_DESCRIPTORS)
+    assert mol_mod.atom_feature_width(True) == ATOM_FEATURES + 3 and mol_mod.atom_feature_width() == ATOM_FEATURES
+    torch.testing.assert_close(extra["x"][:, :ATOM_FEATURES], plain["x"])
+    torch.testing.assert_close(extra["x"][:, ATOM_FEATURES:],
+                               torch.tensor(mol_mod.atom_descriptor_values(mol_mod.parse_smiles("CCO"))))
+    path = _write_csv(tmp_path)
+    without = _dm(path, tmp_path, skip_invalid=True, cache=True)
+    with_ = _dm(path, tmp_path, skip_invalid=True, cache=True, atom_descriptors=True)
+    without.setup()
+    with_.setup()
+    assert len(list((tmp_path / "cache" / "molecules").glob("*.pt"))) == 2
+    assert with_.spec().get("sizes.node_features") == ATOM_FEATURES + 3
+    assert without.spec().get("sizes.node_features") == ATOM_FEATURES
+    assert with_.datasets["train"][0]["x"].shape[1] == ATOM_FEATURES + 3
+    source = tmp_path / "p.smi"
+    source.write_text("CCO ethanol\n")
+    batch = next(iter(with_.predict_loader(source, batch_size=1)))
+    torch.testing.assert_close(batch["x"][0], extra["x"])
+    bonds = _dm(path, tmp_path, skip_invalid=True, tokens="bonds", atom_descriptors=True)
+    assert bonds.node_features == ATOM_FEATURES + 3 + BOND_FEATURES and bonds.edge_features == ATOM_FEATURES + 3
+    with pytest.raises(ValueError, match="atom_descriptors must be true or false.*got 'yes'"):
+        _dm(path, tmp_path, atom_descriptors="yes")
