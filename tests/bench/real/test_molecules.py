@@ -86,6 +86,26 @@ def test_attentivefp_features_follow_the_paper():
         mol_case.attentivefp_graph("C1CC(")
 
 
+def test_attentivefp_gets_the_recipes_atom_descriptors_when_the_run_has_them(tmp_path):
+    """A recipe run with ``data.atom_descriptors=true``: the reference reads the same three columns after the
+    paper's 39 (so both sides see the same chemistry), and the table's note says so."""
+    from seqattn.modalities.graph.molecules import ATOM_DESCRIPTORS, atom_descriptor_values, parse_smiles
+
+    g = mol_case.attentivefp_graph("C[C@H](N)C(=O)O", atom_descriptors=True)
+    assert g.x.shape == (6, mol_case.AFP_ATOM_FEATURES + ATOM_DESCRIPTORS)
+    plain = mol_case.attentivefp_graph("C[C@H](N)C(=O)O")
+    assert (g.x[:, :mol_case.AFP_ATOM_FEATURES] == plain.x).all()
+    import torch
+
+    torch.testing.assert_close(g.x[:, mol_case.AFP_ATOM_FEATURES:],
+                               torch.tensor(atom_descriptor_values(parse_smiles("C[C@H](N)C(=O)O"))))
+    ctx = Context(data=REAL, work=tmp_path / "freesolv", seeds=1, log=lambda line: None,
+                  extra=[*TINY, "data.atom_descriptors=true", f"paths.data_dir={tmp_path / 'cache'}"])
+    result = mol_case.molecule_case(ctx, "freesolv", TINY_REFERENCE)
+    assert math.isfinite(result.reference[0]) and "data.atom_descriptors=true" in result.command
+    assert "paper features + the recipe's atom descriptors" in result.notes
+
+
 def test_quick_mode_trains_a_tenth_of_the_steps_not_the_recipes_100_epoch_floor(tmp_path, monkeypatch):
     """``--quick``: FreeSolv's 514 training molecules (17 batches) get ~500 steps = 30 epochs; the recipe's
     ``budget.min_epochs: 100`` (for large sets) must not raise them back to 100."""
