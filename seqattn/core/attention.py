@@ -286,8 +286,8 @@ class GlobalLinearAttention(nn.Module):
         out_l = (N v_l + q̃_l (k̃ᵀ v)) / (N + q̃_l · Σ_s k̃_s)
 
     i.e. weights ``a_ls = (N δ_ls + q̃_l · k̃_s) / (N + Σ_s' q̃_l · k̃_s')``: the token's own value plus every
-    token's value weighed by its normalised score (``|q̃_l · k̃_s| ≤ 1``: the denominator stays ``≥ 0``; SGFormer's
-    eq. 4 with the ``1/N`` multiplied out). The graph tasks mix it with the graph-masked attention
+    token's value weighed by its normalised score (``|q̃_l · k̃_s| ≤ 1``: the denominator stays ``≥ 0``;
+    SGFormer's eq. 4 with the ``1/N`` multiplied out). The graph tasks mix it with the graph-masked attention
     (``Encoder(global_attention=w)``): a view beyond the neighbourhood at linear cost, SGFormer's GCN branch
     being the masked attention here.
     """

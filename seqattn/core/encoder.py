@@ -116,7 +116,7 @@ class EncoderLayer(nn.Module):
         h = self.norm1(x) if self.norm_first else x
         attn = self.attn(h, mask, attn_mask, need_weights, **attn_kwargs)
         attn, weights = attn if need_weights else (attn, None)
-        if self.global_attn is not None:  # (1 - w) · the planned attention + w · the global branch; weights: the former
+        if self.global_attn is not None:  # (1 - w) · the planned attention + w · the global branch
             w = self.global_attention
             attn = (1.0 - w) * attn + w * self.global_attn(h, mask if token_mask is None else token_mask)
         x = x + self.drop1(attn)
@@ -414,8 +414,8 @@ class Encoder(nn.Module):
         weights = []
         x0 = x  # [B, L, D] (packed: [1, T, D]), what the initial residual mixes back
         for i, layer in enumerate(self.layers):
-            out = layer(x, None, None, i in wanted, conv_mask=conv_mask, token_mask=mask, rotary=self.rotary, plan=plan,
-                        attention_items=attention_items, bias=bias)
+            out = layer(x, None, None, i in wanted, conv_mask=conv_mask, token_mask=mask, rotary=self.rotary,
+                        plan=plan, attention_items=attention_items, bias=bias)
             if i in wanted:
                 x, w = out
                 weights.append(w)

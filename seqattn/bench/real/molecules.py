@@ -73,9 +73,10 @@ def attentivefp_graph(smiles: str, atom_descriptors: bool = False):
     bond type (4), conjugated, in ring, stereo (none, any, Z, E). ``atom_descriptors``: ``x [n, 42]``, the
     recipe's three descriptor columns appended (:func:`~seqattn.modalities.graph.molecules.atom_descriptor_values`),
     so that both sides of the bench read the same chemistry."""
-    from seqattn.modalities.graph.molecules import atom_descriptor_values
     from rdkit import Chem
     from torch_geometric.data import Data
+
+    from seqattn.modalities.graph.molecules import atom_descriptor_values
 
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:

@@ -219,7 +219,8 @@ class MoleculeDataModule(TaskDataModule):
     @property
     def node_features(self) -> int:
         """Width of a token's features: an atom's, or (``tokens="bonds"``) its two atoms' sum and the bond's."""
-        return atom_feature_width(self.atom_descriptors) + (BOND_FEATURES if self.tokens == "bonds" else 0)
+        bond = BOND_FEATURES if self.tokens == "bonds" else 0
+        return atom_feature_width(self.atom_descriptors) + bond
 
     @property
     def edge_features(self) -> int:
