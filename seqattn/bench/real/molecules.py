@@ -39,7 +39,6 @@ from typing import Any, Sequence
 import torch
 
 from seqattn.bench.real import Context, Result, command_line, run_recipe
-from seqattn.modalities.graph.molecules import ATOM_DESCRIPTORS
 
 #: case -> (file under <data>/molecules, target column, default seeds)
 DATASETS = {
@@ -65,18 +64,16 @@ def _one_hot(value: Any, choices: Sequence[Any], other: bool = True) -> list[flo
     return out
 
 
-def attentivefp_graph(smiles: str, atom_descriptors: bool = False):
+def attentivefp_graph(smiles: str, extra: torch.Tensor | None = None):
     """SMILES -> ``torch_geometric.data.Data(x [n, 39], edge_index [2, 2m], edge_attr [2m, 10])``
     with the AttentiveFP paper's features (Table 1, as in PyG's ``examples/attentive_fp.py``):
     atom symbol (15 + other), degree (0-5), formal charge, radical electrons, hybridisation
     (sp, sp2, sp3, sp3d, sp3d2, other), aromatic, total H (0-4), chirality possible, R/S;
-    bond type (4), conjugated, in ring, stereo (none, any, Z, E). ``atom_descriptors``: ``x [n, 42]``, the
-    recipe's three descriptor columns appended (:func:`~seqattn.modalities.graph.molecules.atom_descriptor_values`),
-    so that both sides of the bench read the same chemistry."""
+    bond type (4), conjugated, in ring, stereo (none, any, Z, E). ``extra [n, K]``: more atom columns appended
+    (``x [n, 39 + K]``, same atom order): the recipe run's atom descriptors, read from its own data
+    (:func:`recipe_splits`), so that both sides of the bench see the same chemistry."""
     from rdkit import Chem
     from torch_geometric.data import Data
-
-    from seqattn.modalities.graph.molecules import atom_descriptor_values
 
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
@@ -105,10 +102,12 @@ def attentivefp_graph(smiles: str, atom_descriptors: bool = False):
         feat += [float(bond.GetIsConjugated()), float(bond.IsInRing())] + _one_hot(bond.GetStereo(), stereo, False)
         index += [[i, j], [j, i]]
         attrs += [feat, feat]
-    if atom_descriptors:
-        xs = [row + extra for row, extra in zip(xs, atom_descriptor_values(mol))]
-    width = AFP_ATOM_FEATURES + (ATOM_DESCRIPTORS if atom_descriptors else 0)
-    x = torch.tensor(xs, dtype=torch.float32).view(-1, width)
+    x = torch.tensor(xs, dtype=torch.float32).view(-1, AFP_ATOM_FEATURES)
+    if extra is not None:
+        if extra.dim() != 2 or extra.shape[0] != x.shape[0]:
+            raise ValueError(f"extra atom columns for {smiles!r} must be [{x.shape[0]} atoms, K], got "
+                             f"{tuple(extra.shape)}")
+        x = torch.cat([x, extra.to(torch.float32)], dim=1)  # [n, 39 + K]
     edge_index = torch.tensor(index, dtype=torch.long).view(-1, 2).t().contiguous()
     edge_attr = torch.tensor(attrs, dtype=torch.float32).view(-1, AFP_BOND_FEATURES)
     return Data(x=x, edge_index=edge_index, edge_attr=edge_attr)
@@ -127,14 +126,15 @@ class AttentiveFPSettings:
     batch_size: int = 200
     max_epochs: int = 200
     patience: int = 50
-    atom_descriptors: bool = False  # the recipe's descriptor columns too (set from the recipe run's data config)
 
 
 def train_attentivefp(splits: dict[str, list[tuple[str, float]]], seed: int,
-                      settings: AttentiveFPSettings | None = None) -> dict[str, Any]:
+                      settings: AttentiveFPSettings | None = None,
+                      extra: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """Train AttentiveFP on ``splits`` (``{"train"|"val"|"test": [(smiles, target), ...]}``; the
     target in original units) and return ``{"test_rmse", "val_rmse", "epochs", "best_epoch", "seconds"}``:
-    the test RMSE (original units) of the weights with the best validation RMSE."""
+    the test RMSE (original units) of the weights with the best validation RMSE. ``extra``: SMILES -> more atom
+    columns ``[n, K]`` for every molecule (:func:`attentivefp_graph`), e.g. the recipe run's atom descriptors."""
     from torch_geometric.loader import DataLoader
     from torch_geometric.nn.models import AttentiveFP
 
@@ -148,7 +148,7 @@ def train_attentivefp(splits: dict[str, list[tuple[str, float]]], seed: int,
     def dataset(part: str) -> list:
         out = []
         for smiles, y in splits[part]:
-            g = attentivefp_graph(smiles, s.atom_descriptors)
+            g = attentivefp_graph(smiles, None if extra is None else extra[smiles])
             g.y = torch.tensor([[(y - mean) / std]], dtype=torch.float32)
             out.append(g)
         return out
@@ -157,8 +157,8 @@ def train_attentivefp(splits: dict[str, list[tuple[str, float]]], seed: int,
     generator = torch.Generator().manual_seed(seed)
     train_loader = DataLoader(data["train"], batch_size=s.batch_size, shuffle=True, generator=generator)
     loaders = {p: DataLoader(data[p], batch_size=s.batch_size) for p in ("val", "test")}
-    model = AttentiveFP(in_channels=AFP_ATOM_FEATURES + (ATOM_DESCRIPTORS if s.atom_descriptors else 0),
-                        hidden_channels=s.hidden, out_channels=1,
+    width = AFP_ATOM_FEATURES + (next(iter(extra.values())).shape[1] if extra else 0)
+    model = AttentiveFP(in_channels=width, hidden_channels=s.hidden, out_channels=1,
                         edge_dim=AFP_BOND_FEATURES, num_layers=s.layers, num_timesteps=s.timesteps,
                         dropout=s.dropout)
     optimizer = torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
@@ -194,12 +194,15 @@ def train_attentivefp(splits: dict[str, list[tuple[str, float]]], seed: int,
 # ----------------------------------------------------------------------------------------------
 # the split the recipe used
 # ----------------------------------------------------------------------------------------------
-def recipe_splits(run_dir: Path, target: str) -> dict[str, list[tuple[str, float]]]:
+def recipe_splits(run_dir: Path, target: str,
+                  extra: dict[str, torch.Tensor] | None = None) -> dict[str, list[tuple[str, float]]]:
     """The train / val / test molecules of a finished ``seqattn.run`` in ``run_dir``, as
     ``{split: [(smiles, target value), ...]}``, reproduced from the run's own ``config.yaml`` (the
     recipe's DataModule with the run's data settings and seed) and checked against the run:
     ``test/baseline_rmse_<target>`` of its ``metrics.json`` (the training mean scored on the test
-    split) must come out the same on the reproduced split. Molecules without a label are left out."""
+    split) must come out the same on the reproduced split. Molecules without a label are left out. ``extra``, a
+    dict, receives SMILES -> the atom columns the run added to the paper's kind of features
+    (``datamodule.atom_descriptor_columns()``: its atom descriptors, ``[n, K]``), when it added any."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -207,11 +210,14 @@ def recipe_splits(run_dir: Path, target: str) -> dict[str, list[tuple[str, float
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
     column = list(datamodule.target_columns).index(target)
+    columns = getattr(datamodule, "atom_descriptor_columns", lambda: None)()  # a slice of x, or None
     splits = {}
     for part in ("train", "val", "test"):
         graphs = datamodule.datasets[part].graphs
         splits[part] = [(g["smiles"], float(g["targets"][column])) for g in graphs
                         if not math.isnan(float(g["targets"][column]))]
+        if extra is not None and columns is not None:
+            extra.update((g["smiles"], g["x"][:, columns]) for g in graphs)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     key = f"test/baseline_rmse_{re.sub(r'[^0-9A-Za-z_-]', '_', target)}"
     mean = sum(y for _, y in splits["train"]) / len(splits["train"])
@@ -254,13 +260,10 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
         ctx.runs.append((metrics, seconds))
         ours.append(float(metrics[key]))
         our_s.append(seconds)
-        splits = recipe_splits(run_dir, target)
-        # the reference reads the recipe's atom descriptors when the run did (the same chemistry on both sides)
-        from omegaconf import OmegaConf
-
-        descriptors = bool(OmegaConf.load(run_dir / "config.yaml").data.get("atom_descriptors", False))
-        ref = train_attentivefp(splits, seed, dataclasses.replace(settings or AttentiveFPSettings(),
-                                                                  atom_descriptors=descriptors))
+        extra: dict = {}  # the recipe's atom descriptors, when the run has them: the same chemistry on both sides
+        splits = recipe_splits(run_dir, target, extra)
+        descriptors = bool(extra)
+        ref = train_attentivefp(splits, seed, settings, extra or None)
         theirs.append(ref["test_rmse"])
         their_s.append(ref["seconds"])
         ctx.log(f"{name} seed {seed}: seqattn {ours[-1]:.4f} ({metrics.get('epochs')} epochs, {seconds:.0f} s), "

@@ -25,6 +25,7 @@ from seqattn.datakit.spec import DataSpec
 from seqattn.datakit.splits import split
 from seqattn.modalities.graph.batching import collate_graphs
 from seqattn.modalities.graph.molecules import (
+    ATOM_FEATURES,
     BOND_FEATURES,
     ELEMENTS,
     FEATURIZER_VERSION,
@@ -226,6 +227,13 @@ class MoleculeDataModule(TaskDataModule):
     def edge_features(self) -> int:
         """Width of an edge's features: a bond's, or (``tokens="bonds"``) the atom two bonds share."""
         return atom_feature_width(self.atom_descriptors) if self.tokens == "bonds" else BOND_FEATURES
+
+    def atom_descriptor_columns(self) -> slice | None:
+        """The columns of an atom token's ``x`` that hold the atom descriptors (``atom_descriptors=True``), or None
+        (off, or bond tokens). ``bench real`` hands them to its reference model, which has its own featuriser."""
+        if not self.atom_descriptors or self.tokens != "atoms":
+            return None
+        return slice(ATOM_FEATURES, atom_feature_width(True))
 
     @property
     def target_kinds(self) -> list[str]:

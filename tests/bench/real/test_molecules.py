@@ -87,23 +87,44 @@ def test_attentivefp_features_follow_the_paper():
 
 
 def test_attentivefp_gets_the_recipes_atom_descriptors_when_the_run_has_them(tmp_path):
-    """A recipe run with ``data.atom_descriptors=true``: the reference reads the same three columns after the
-    paper's 39 (so both sides see the same chemistry), and the table's note says so."""
-    from seqattn.modalities.graph.molecules import ATOM_DESCRIPTORS, atom_descriptor_values, parse_smiles
-
-    g = mol_case.attentivefp_graph("C[C@H](N)C(=O)O", atom_descriptors=True)
-    assert g.x.shape == (6, mol_case.AFP_ATOM_FEATURES + ATOM_DESCRIPTORS)
-    plain = mol_case.attentivefp_graph("C[C@H](N)C(=O)O")
-    assert (g.x[:, :mol_case.AFP_ATOM_FEATURES] == plain.x).all()
+    """A recipe run with ``data.atom_descriptors=true``: the reference reads the same three columns, taken from the
+    run's own data (the bench imports no modality), after the paper's 39, and the table's note says so; extra
+    columns of the wrong length stop with the SMILES."""
     import torch
 
-    torch.testing.assert_close(g.x[:, mol_case.AFP_ATOM_FEATURES:],
-                               torch.tensor(atom_descriptor_values(parse_smiles("C[C@H](N)C(=O)O"))))
+    extra = torch.arange(18, dtype=torch.float32).view(6, 3)
+    g = mol_case.attentivefp_graph("C[C@H](N)C(=O)O", extra)
+    plain = mol_case.attentivefp_graph("C[C@H](N)C(=O)O")
+    assert g.x.shape == (6, mol_case.AFP_ATOM_FEATURES + 3)
+    assert (g.x[:, :mol_case.AFP_ATOM_FEATURES] == plain.x).all()
+    assert (g.x[:, mol_case.AFP_ATOM_FEATURES:] == extra).all()
+    with pytest.raises(ValueError, match=r"extra atom columns for 'CCO' must be \[3 atoms, K\], got \(2, 3\)"):
+        mol_case.attentivefp_graph("CCO", extra[:2])
     ctx = Context(data=REAL, work=tmp_path / "freesolv", seeds=1, log=lambda line: None,
                   extra=[*TINY, "data.atom_descriptors=true", f"paths.data_dir={tmp_path / 'cache'}"])
     result = mol_case.molecule_case(ctx, "freesolv", TINY_REFERENCE)
     assert math.isfinite(result.reference[0]) and "data.atom_descriptors=true" in result.command
     assert "paper features + the recipe's atom descriptors" in result.notes
+    given: dict = {}
+    splits = mol_case.recipe_splits(ctx.work / "seed0", "expt", given)
+    smiles = splits["test"][0][0]
+    from rdkit import Chem
+    from rdkit.Chem import Crippen
+
+    # the columns are the run's descriptors: their logP column sums to RDKit's MolLogP
+    assert given[smiles].shape[1] == 3
+    assert math.isclose(float(given[smiles][:, 0].sum()), Crippen.MolLogP(Chem.MolFromSmiles(smiles)), abs_tol=1e-4)
+    assert set(given) == {s for part in splits.values() for s, _ in part}
+    none: dict = {}
+    mol_case.recipe_splits(_plain_run(tmp_path), "expt", none)
+    assert none == {}
+
+
+def _plain_run(tmp_path):
+    ctx = Context(data=REAL, work=tmp_path / "plain", seeds=1, log=lambda line: None,
+                  extra=[*TINY, f"paths.data_dir={tmp_path / 'cache'}"])
+    mol_case.molecule_case(ctx, "freesolv", TINY_REFERENCE)
+    return ctx.work / "seed0"
 
 
 def test_quick_mode_trains_a_tenth_of_the_steps_not_the_recipes_100_epoch_floor(tmp_path, monkeypatch):

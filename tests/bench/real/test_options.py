@@ -43,8 +43,10 @@ def test_first_seed_runs_the_later_seeds_on_both_sides(tmp_path, monkeypatch, ca
         return {"test/rmse_expt": 1.0, "epochs": 1}, 1.0
 
     monkeypatch.setattr(mol_case, "run_recipe", fake_recipe)
-    monkeypatch.setattr(mol_case, "recipe_splits", lambda run_dir, target: {"train": [], "val": [], "test": []})
-    monkeypatch.setattr(mol_case, "train_attentivefp", lambda splits, seed, settings=None: reference_seeds.append(seed)
+    monkeypatch.setattr(mol_case, "recipe_splits",
+                        lambda run_dir, target, extra=None: {"train": [], "val": [], "test": []})
+    monkeypatch.setattr(mol_case, "train_attentivefp",
+                        lambda splits, seed, settings=None, extra=None: reference_seeds.append(seed)
                         or {"test_rmse": 1.0, "seconds": 1.0, "best_epoch": 1, "epochs": 1})
     monkeypatch.setattr(real, "startup_seconds", lambda modules, rounds=2: 0.0)
     real_results = []

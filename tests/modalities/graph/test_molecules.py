@@ -412,7 +412,10 @@ def test_atom_descriptors_reach_the_graph_the_spec_the_cache_and_the_predict_inp
     source.write_text("CCO ethanol\n")
     batch = next(iter(with_.predict_loader(source, batch_size=1)))
     torch.testing.assert_close(batch["x"][0], extra["x"])
+    assert with_.atom_descriptor_columns() == slice(ATOM_FEATURES, ATOM_FEATURES + 3)
+    assert without.atom_descriptor_columns() is None
     bonds = _dm(path, tmp_path, skip_invalid=True, tokens="bonds", atom_descriptors=True)
+    assert bonds.atom_descriptor_columns() is None  # a bond token's x holds two atoms' sum
     assert bonds.node_features == ATOM_FEATURES + 3 + BOND_FEATURES and bonds.edge_features == ATOM_FEATURES + 3
     with pytest.raises(ValueError, match="atom_descriptors must be true or false.*got 'yes'"):
         _dm(path, tmp_path, atom_descriptors="yes")
