@@ -210,7 +210,7 @@ def recipe_splits(run_dir: Path, target: str,
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
     column = list(datamodule.target_columns).index(target)
-    columns = getattr(datamodule, "atom_descriptor_columns", lambda: None)()  # a slice of x, or None
+    columns = datamodule.atom_descriptor_columns()  # a slice of x, or None
     splits = {}
     for part in ("train", "val", "test"):
         graphs = datamodule.datasets[part].graphs
@@ -263,7 +263,7 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
         extra: dict = {}  # the recipe's atom descriptors, when the run has them: the same chemistry on both sides
         splits = recipe_splits(run_dir, target, extra)
         descriptors = bool(extra)
-        ref = train_attentivefp(splits, seed, settings, extra or None)
+        ref = train_attentivefp(splits, seed, settings, extra if descriptors else None)
         theirs.append(ref["test_rmse"])
         their_s.append(ref["seconds"])
         ctx.log(f"{name} seed {seed}: seqattn {ours[-1]:.4f} ({metrics.get('epochs')} epochs, {seconds:.0f} s), "

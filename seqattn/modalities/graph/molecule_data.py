@@ -130,7 +130,7 @@ class MoleculeDataModule(TaskDataModule):
             molecules'. Few-label runs (fine-tuning from a pretrained checkpoint).
         atom_descriptors: each atom also carries its Crippen logP and molar-refractivity contributions and its
             Gasteiger charge (:func:`~seqattn.modalities.graph.molecules.atom_descriptor_values`, 3 more columns
-            of ``x``): physical-chemistry priors a small set cannot learn from the one-hot features alone.
+            of ``x``; mixed on FreeSolv / Lipophilicity validation, so off by default: tasks/molecule/README.md).
 
     Missing target values (an empty cell, ``nan``) are masked out of that target's loss and metrics;
     ``setup()`` logs their count per target and split (:meth:`missing_targets`).

@@ -26,9 +26,10 @@ without those molecules (the count is logged and kept in ``datamodule.invalid``)
 
 Atom features (one-hot, :data:`ATOM_FEATURES` wide): element, degree, formal charge, total
 hydrogens, hybridisation, CIP chirality (R / S), aromatic, in ring; with ``atom_descriptors=True``
-:data:`ATOM_DESCRIPTORS` more columns: the atom's Crippen contributions to logP and to molar refractivity
-(Wildman & Crippen 1999, ÷10) and its Gasteiger partial charge (clipped to ±1; 0 where RDKit has none).
-Bond features (:data:`BOND_FEATURES`): bond type (single/double/triple/aromatic), conjugated, in ring. Both directions of every bond are edges.
+:data:`ATOM_DESCRIPTORS` more columns (:func:`atom_descriptor_values`): the atom's Crippen contributions to logP
+and to molar refractivity (Wildman & Crippen 1999, ÷10) and its Gasteiger partial charge, its hydrogens' included.
+Bond features (:data:`BOND_FEATURES`): bond type (single/double/triple/aromatic), conjugated, in ring. Both
+directions of every bond are edges.
 Graph positional encodings (``positional``) are computed once per molecule when the data is
 loaded and cached on disk with the graphs.
 """
@@ -317,8 +318,9 @@ def featurize_records(
 
     Each graph: ``x, edge_index, edge_attr`` (+ ``pe [n, pe_dim]``), ``targets [T]``, ``ids``,
     ``smiles`` (+ ``scaffold``); ``tokens="bonds"``: the bond graph (:func:`bond_graph`), its ``pe``
-    computed on it. With ``skip_invalid=False`` any invalid SMILES raises a
-    ``ValueError`` listing all of them, ending with ``hint`` (the calling command's option).
+    computed on it; ``atom_descriptors``: :func:`mol_to_graph`'s three descriptor columns too. With
+    ``skip_invalid=False`` any invalid SMILES raises a ``ValueError`` listing all of them, ending with ``hint``
+    (the calling command's option).
     """
     if tokens not in TOKENS:
         raise ValueError(f"tokens={tokens!r} is not one of {TOKENS}")
