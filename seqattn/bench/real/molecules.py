@@ -4,10 +4,6 @@ Each seed is one recipe run through the command a user types (the custom-data pa
 ``tasks/molecule/README.md``)::
 
     python -m seqattn.run task=molecule data.path=<data>/molecules/freesolv.csv data.target_columns=[expt] seed=<s>
-    python -m seqattn.run task=molecule data.path=<data>/molecules/lipophilicity.csv data.target_columns=[target] \
-        head.pooling=gru seed=<s>
-
-(each set with the readout chosen on its validation loss, :data:`DATASETS`)
 
 and, in the same case, a PyG :class:`~torch_geometric.nn.models.AttentiveFP` trained on **the
 same train / val / test molecules**. The split is not re-implemented here: the run's own resolved
@@ -44,13 +40,10 @@ import torch
 
 from seqattn.bench.real import Context, Result, command_line, run_recipe
 
-#: case -> (file under <data>/molecules, target column, default seeds, the recipe options chosen for the set).
-#: The readout was chosen on each set's VALIDATION loss (tasks/molecule/README.md, "Readout by property"): sum pooling
-#: (the recipe's default) for FreeSolv (gru: val loss +6 %, behind on 4 of 5 seeds); AttentiveFP's GRU readout for
-#: Lipophilicity, whose logD is a property of the whole molecule (val loss -23 %, ahead on 3 of 3 seeds).
+#: case -> (file under <data>/molecules, target column, default seeds)
 DATASETS = {
-    "freesolv": ("freesolv.csv", "expt", 5, ()),
-    "lipophilicity": ("lipophilicity.csv", "target", 3, ("head.pooling=gru",)),
+    "freesolv": ("freesolv.csv", "expt", 5),
+    "lipophilicity": ("lipophilicity.csv", "target", 3),
 }
 
 
@@ -242,16 +235,15 @@ def recipe_splits(run_dir: Path, target: str,
 # the cases
 # ----------------------------------------------------------------------------------------------
 def recipe_overrides(data: Path, name: str) -> list[str]:
-    """The user's command for a dataset of :data:`DATASETS` (without the seed): the custom-data path and the
-    options chosen for the set."""
-    file, target, _, options = DATASETS[name]
-    return ["task=molecule", f"data.path={data / 'molecules' / file}", f"data.target_columns=[{target}]", *options]
+    """The user's command for a dataset of :data:`DATASETS` (without the seed)."""
+    file, target, _ = DATASETS[name]
+    return ["task=molecule", f"data.path={data / 'molecules' / file}", f"data.target_columns=[{target}]"]
 
 
 def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None = None) -> Result:
     """One dataset of :data:`DATASETS`: ``ctx.seeds`` (default: the dataset's) recipe runs and as many
     AttentiveFP runs on the same splits."""
-    file, target, default_seeds, _ = DATASETS[name]
+    file, target, default_seeds = DATASETS[name]
     path = ctx.data / "molecules" / file
     if not path.is_file():
         raise FileNotFoundError(f"no {path}")

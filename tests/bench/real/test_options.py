@@ -86,32 +86,3 @@ def test_karates_second_reference_runs_the_same_later_seeds(tmp_path, monkeypatc
     ctx = real.Context(data=tmp_path, work=tmp_path, seeds=2, log=lambda msg: None, first_seed=2)
     cora_case.case_karate4(ctx)
     assert gcn_seeds == [("gcn", 2), ("gcn", 3)]
-
-
-def test_each_molecule_case_runs_the_readout_chosen_for_its_set(tmp_path, monkeypatch):
-    """Lipophilicity runs with AttentiveFP's GRU readout (chosen on its validation loss) and the printed command says
-    so; FreeSolv runs the recipe's default sum pooling; a ``--set`` comes after the case's options (Hydra's last value
-    of a key wins), so a user's override still decides."""
-    (tmp_path / "molecules").mkdir()
-    for name, target in (("freesolv", "expt"), ("lipophilicity", "target")):
-        (tmp_path / "molecules" / f"{name}.csv").write_text(f"smiles,{target}\nC,1.0\n")
-    runs = {}
-
-    def fake_recipe(overrides, out_dir, timeout=1800):
-        runs[next(o for o in overrides if o.startswith("data.path="))] = list(overrides)
-        return {"test/rmse_expt": 1.0, "test/rmse_target": 1.0, "epochs": 1}, 1.0
-
-    monkeypatch.setattr(mol_case, "run_recipe", fake_recipe)
-    monkeypatch.setattr(mol_case, "recipe_splits",
-                        lambda run_dir, target, extra=None: {"train": [], "val": [], "test": []})
-    monkeypatch.setattr(mol_case, "train_attentivefp", lambda splits, seed, settings=None, extra=None:
-                        {"test_rmse": 1.0, "seconds": 1.0, "best_epoch": 1, "epochs": 1})
-    results = {}
-    for name in ("freesolv", "lipophilicity"):
-        ctx = real.Context(data=tmp_path, work=tmp_path / name, seeds=1, log=lambda line: None, extra=["cpu_threads=1"])
-        results[name] = mol_case.molecule_case(ctx, name)
-    lipo = runs[f"data.path={tmp_path / 'molecules' / 'lipophilicity.csv'}"]
-    free = runs[f"data.path={tmp_path / 'molecules' / 'freesolv.csv'}"]
-    assert "head.pooling=gru" in lipo and "head.pooling=gru" in results["lipophilicity"].command
-    assert lipo.index("head.pooling=gru") < lipo.index("cpu_threads=1")  # the user's --set after the case's options
-    assert not [o for o in free if o.startswith("head.")] and "head." not in results["freesolv"].command
