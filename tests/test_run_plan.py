@@ -122,7 +122,7 @@ def test_the_recipes_plans_on_their_built_in_data_are_unchanged(tmp_path):
     plans = {task: _recipe_plan(task, tmp_path) for task in task_names()}
     assert {task: (plan.max_epochs, plan.patience) for task, plan in plans.items()} == DEFAULT_PLANS
     assert not any(plan.capped for plan in plans.values())
-    freesolv = _recipe_plan("molecule", tmp_path, n_train=514)  # the recipe's real set: 17 batches of 2,500 steps
+    freesolv = _recipe_plan("molecule", tmp_path, n_train=514)  # the recipe's real set: 17 batches, 2,500 steps
     assert (freesolv.max_epochs, freesolv.patience, freesolv.capped) == (148, 148, False)
     lipophilicity = _recipe_plan("molecule", tmp_path, n_train=3360)  # 105 batches: 24 epochs of steps, raised to 100
     assert (lipophilicity.max_epochs, lipophilicity.patience) == (100, 100)
