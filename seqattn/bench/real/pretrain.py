@@ -329,7 +329,7 @@ def _freesolv_pretrain(ctx: Context, fraction: float) -> Result:
        ``data.train_fraction=fraction`` of the training molecules labelled (the same seeded sample in both
        arms; val and test untouched): ``init_from=<pretrain run>/checkpoints/best.ckpt`` (with the
        ``finetune.pretrained_lr_mult`` of :data:`FREESOLV_PRETRAINED_LR_MULT`, chosen on val) vs the same recipe
-       from scratch. Both arms train as the recipe does (``budget.steps=5000``, capped at ``budget.max_epochs`` on
+       from scratch. Both arms train as the recipe does (its ``budget.steps``, capped at ``budget.max_epochs`` on
        the few-label set with early-stopping patience a quarter of the epochs) and test the best val/loss
        epoch's checkpoint: the length is chosen on validation, the same way in both arms.
     """
