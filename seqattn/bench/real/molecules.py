@@ -250,7 +250,7 @@ def molecule_case(ctx: Context, name: str, settings: AttentiveFPSettings | None 
     base = recipe_overrides(ctx.data, name)
     seeds = ctx.seed_list(ctx.choose(default_seeds, 1))
     if ctx.quick:  # --quick: a tenth of the recipe's steps, 20 reference epochs
-        base = [*base, "budget.steps=500", "budget.min_epochs=1"]  # a tenth of the steps, not raised to the recipe's epoch floor
+        base = [*base, "budget.steps=500", "budget.min_epochs=1"]  # a tenth of the steps, no epoch floor
         settings = dataclasses.replace(settings or AttentiveFPSettings(), max_epochs=20)
     key = f"test/rmse_{target}"
     ours, theirs, our_s, their_s, notes = [], [], [], [], []
