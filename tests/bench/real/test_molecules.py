@@ -129,7 +129,7 @@ def _plain_run(tmp_path):
 
 def test_quick_mode_trains_a_tenth_of_the_steps_not_the_recipes_epoch_floor(tmp_path, monkeypatch):
     """``--quick``: FreeSolv's 514 training molecules (17 batches) get ~500 steps = 30 epochs; the recipe's
-    ``budget.min_epochs`` (70, for large sets) must not raise them back to 70."""
+    ``budget.min_epochs`` (70, for large sets) must not raise them to 70."""
     from seqattn.run import plan_inputs
     from seqattn.training.plan import make_plan
     from tests.workflows import compose
