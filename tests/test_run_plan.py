@@ -54,8 +54,14 @@ def test_a_step_budget_plans_epochs_and_patience_and_a_given_value_wins():
     assert no_stopper.patience is None and no_stopper.budget_message.endswith("trainer.max_epochs=8")
     unbudgeted = make_plan(NO_BUDGET, ASKED, SIZES)
     assert (unbudgeted.max_epochs, unbudgeted.patience, unbudgeted.budget_message) == (3, None, None)
-    with pytest.raises(ValueError, match=r"budget.steps=-5 must be a positive number"):
-        make_plan(Budget(-5, 1, 1000, 0.2, 5), ASKED, SIZES, train_batches=13)
+    for bad, message in ((Budget(-5, 1, 1000, 0.2, 5), r"budget.steps=-5 must be a positive number"),
+                         (Budget(0, 1, 1000, 0.2, 5), r"budget.steps=0 must be a positive number"),
+                         (Budget(100, -1, 1000, 0.2, 5), r"budget.min_epochs=-1 must be an int >= 1"),
+                         (Budget(100, 1, 0, 0.2, 5), r"budget.max_epochs=0 must be an int >= 1"),
+                         (Budget(100, 1, 1000, 0.0, 5), r"budget.patience=0.0 must be > 0"),
+                         (Budget(100, 1, 1000, 0.2, -2), r"budget.min_patience=-2 must be an int >= 0")):
+        with pytest.raises(ValueError, match=message):
+            make_plan(bad, ASKED, SIZES, train_batches=13)
 
 
 def test_without_validation_the_last_epoch_is_kept_and_a_bad_monitor_is_an_error():

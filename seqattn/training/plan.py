@@ -208,10 +208,17 @@ def plan_epochs(budget: Budget, asked: Asked, train_batches: int) -> tuple[int |
 
     Without ``budget.steps``: the configured epochs, patience as configured (None), no step budget.
     """
-    if not budget.steps:
+    if budget.steps is None:
         return asked.max_epochs, None, None
     if int(budget.steps) <= 0:
         raise ValueError(f"budget.steps={budget.steps} must be a positive number of optimizer steps (or null)")
+    for name, value, least in (("min_epochs", budget.min_epochs, 1), ("max_epochs", budget.max_epochs, 1),
+                               ("min_patience", budget.min_patience, 0)):
+        if int(value) < least:
+            raise ValueError(f"budget.{name}={value} must be an int >= {least}")
+    if not budget.patience > 0:
+        raise ValueError(f"budget.patience={budget.patience} must be > 0 (early-stopping patience as a fraction of the "
+                         "epochs)")
     per_epoch = max(1, math.ceil(train_batches / asked.accumulate_grad_batches))
     by_steps = math.ceil(int(budget.steps) / per_epoch)
     wanted = max(budget.min_epochs, by_steps)
