@@ -141,6 +141,23 @@ def test_an_adapter_fed_other_inputs_than_the_checkpoints_is_a_warning_naming_bo
     assert "dropout" not in warned[0]
 
 
+def test_a_feature_width_set_otherwise_than_the_checkpoints_is_named_in_the_shape_error(tiny_run, tmp_path,
+                                                                                        workflow_data_dir):
+    """adapter.n_mels set otherwise changes the adapter's input width: the error lists the tensors and names the
+    setting with both values, not only the shapes."""
+    base = tiny_run("speech_cls")
+    config = read_checkpoint(base.best)["seqattn_config"]["adapter"]
+    n_mels = int(config["n_mels"]) + 8
+    model = _objective(compose(TASKS["speech_cls"].overrides + QUIET + [f"adapter.n_mels={n_mels}"], tmp_path / "run",
+                               workflow_data_dir))
+    with pytest.raises(ValueError, match="does not fit") as err:
+        init_from_checkpoint(model, base.best, resize_positional_table=False, adapter=dict(config, n_mels=n_mels))
+    assert f"n_mels={n_mels} (checkpoint: {config['n_mels']!r})" in str(err.value) and "adapter.KEY=VALUE" in str(err.value)
+    with pytest.raises(ValueError, match="does not fit") as err:  # without this run's adapter config: the shapes only
+        init_from_checkpoint(model, base.best, resize_positional_table=False)
+    assert "n_mels" not in str(err.value)
+
+
 @pytest.mark.parametrize("task", WORKFLOW_TASKS)
 def test_another_encoder_shape_is_an_error_listing_the_tensors(task, tiny_run, tmp_path, workflow_data_dir):
     base = tiny_run(task)

@@ -298,9 +298,17 @@ def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_t
     hparams = checkpoint["hyper_parameters"]
     objective = ((checkpoint.get("seqattn_config") or {}).get("objective") or {}).get("_target_")
     net = hparams.get("net")
-    report = init_from_state(model, checkpoint["state_dict"], hparams.get("labels"), resize_positional_table,
-                             source_spec=hparams.get("spec"), source_objective=objective,
-                             source_net=net if isinstance(net, Mapping) else None)
+    try:
+        report = init_from_state(model, checkpoint["state_dict"], hparams.get("labels"), resize_positional_table,
+                                 source_spec=hparams.get("spec"), source_objective=objective,
+                                 source_net=net if isinstance(net, Mapping) else None)
+    except ValueError as err:
+        if not differ or "does not fit" not in str(err):
+            raise
+        # a feature setting (adapter.n_mels, features, n_mfcc) sets the adapter's input width: name it in the error
+        raise ValueError(f"{err}; this run's adapter also differs from the checkpoint's in {', '.join(differ)}: a "
+                         "feature setting changes the width the adapter reads; set it as the checkpoint's "
+                         "(adapter.KEY=VALUE)") from err
     log.info("init_from %s: loaded %d tensors (%s), new (re-initialised) %d: %s%s", path, len(report["loaded"]),
              _summary(report["loaded"]), len(report["new"]), report["new"],
              f", resized {report['resized']}" if report["resized"] else "")
