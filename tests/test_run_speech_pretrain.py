@@ -62,7 +62,8 @@ def test_fine_tuning_starts_from_the_pretrained_adapter_and_encoder_with_a_new_h
 
     metrics, out = pretrained
     ckpt = metrics["best_checkpoint"]
-    data = CLIPS + ["model=transformer"] if task == "speech_cls" else SPEECH  # the pretrained net has no conv stem
+    # the pretrained net has no conv stem, and its adapter reads speech_pretrain's 40 mels (speech_cls's default: 64)
+    data = CLIPS + ["model=transformer", "adapter.n_mels=40"] if task == "speech_cls" else SPEECH
     cfg = compose([f"task={task}", *data, *MODEL, "trainer.max_epochs=1", f"init_from={ckpt}"], tmp_path / "ft",
                   out / "data")
     assert_starts_from_pretraining(_objective(cfg), finetune_options(cfg), caplog, must_load=("net.adapter.proj.",))

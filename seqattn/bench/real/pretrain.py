@@ -200,9 +200,11 @@ def _fsdd_pretrain(ctx: Context, fraction: float) -> Result:
     # adapter frame), so both sides fine-tune the encoder it pretrained, not speech_cls's default stem_transformer
     length = (_finetune_length(ctx) if fraction < 1.0
               else ctx.choose([], ["trainer.max_epochs=2"]))  # all labels: the recipe's own 20 epochs (docstring)
+    # adapter.n_mels=40: speech_pretrain's log-mel width, which the pretrained adapter reads (speech_cls's own default
+    # is 64 since 2026-12-05; this case's measurements were made at 40 on both sides)
     scratch = ["task=speech_cls", f"data.manifest={manifest}",
                *([f"data.train_fraction={fraction}"] if fraction < 1.0 else []), "model=transformer",
-               "cpu_threads=1", "plot=false", *length]
+               "adapter.n_mels=40", "cpu_threads=1", "plot=false", *length]
     pretrained = scratch + [f"init_from={ckpt}"]
     share = f"{fraction:.0%} of the labelled training clips" if fraction < 1.0 else "all 1,800 labelled training clips"
     return _pretrained_vs_scratch(

@@ -172,6 +172,7 @@ def test_fsdd_case_pretrains_on_the_training_clips_with_the_fine_tunes_features(
     few, full = tuned["fsdd_pretrain"], tuned["fsdd_pretrain_full"]
     assert "task=speech_cls" in few and "data.train_fraction=0.1" in few and f"data.manifest={manifest}" in few
     assert "model=transformer" in few  # the pretrained encoder, without speech_cls's default conv stem
+    assert "adapter.n_mels=40" in few and "adapter.n_mels" not in " ".join(pretrain)  # speech_pretrain's mel width
     init = f"init_from={out / 'checkpoints' / 'best.ckpt'}"
     assert init in few and init in full
     _assert_length_chosen_on_dev(few, quick)
