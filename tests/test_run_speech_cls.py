@@ -109,6 +109,7 @@ def _manifest(cfg, path: Path, split: bool = False, **synth) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_speaker_identification_from_a_user_manifest(tiny_run, tmp_path, workflow_data_dir):
     base = tiny_run("speech_cls")
     # 4 speakers x 4 words x 8 clips; no split column: each speaker's clips are split, stratified
