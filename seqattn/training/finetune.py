@@ -174,6 +174,7 @@ def init_from_state(
     source_spec: Mapping[str, Any] | None = None,
     source_objective: str | None = None,
     source_net: Mapping[str, Any] | None = None,
+    adapter_differences: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Copy a pretrained objective's ``net.*`` tensors into ``model`` (an ``Objective``).
 
@@ -188,6 +189,8 @@ def init_from_state(
             another class than ``model``'s (pretraining -> a labelled task) never gives its head.
         source_net: the pretrained model's network config (``hyper_parameters["net"]``): its encoder's
             width and positional scheme must be ``model``'s (:func:`check_encoder_fits`).
+        adapter_differences: this run's adapter settings that differ from the checkpoint's
+            (:func:`input_differences`); a shape error names them (a feature width such as ``n_mels``).
 
     Returns:
         ``{"loaded": [...], "new": [...], "resized": [...]}`` tensor names (``resized`` are loaded too)
@@ -257,6 +260,10 @@ def init_from_state(
             hint += ("; the checkpoint's front end (net.subsample) is built otherwise than this model's: set its "
                      "options as the checkpoint was trained (a speech_cls checkpoint from before 2026-12-04 kept a "
                      "token per frame: net.subsample.time_factor=1)")
+        if adapter_differences:  # a feature setting (adapter.n_mels, features, n_mfcc) sets the adapter's input width
+            hint += (f"; this run's adapter also differs from the checkpoint's in {', '.join(adapter_differences)}: a "
+                     "feature setting changes the width the adapter reads; set it as the checkpoint's "
+                     "(adapter.KEY=VALUE)")
         raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head and the "
                          f"vocabulary rows may differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
     with torch.no_grad():
@@ -298,17 +305,9 @@ def init_from_checkpoint(model: nn.Module, path: str | Path, resize_positional_t
     hparams = checkpoint["hyper_parameters"]
     objective = ((checkpoint.get("seqattn_config") or {}).get("objective") or {}).get("_target_")
     net = hparams.get("net")
-    try:
-        report = init_from_state(model, checkpoint["state_dict"], hparams.get("labels"), resize_positional_table,
-                                 source_spec=hparams.get("spec"), source_objective=objective,
-                                 source_net=net if isinstance(net, Mapping) else None)
-    except ValueError as err:
-        if not differ or "does not fit" not in str(err):
-            raise
-        # a feature setting (adapter.n_mels, features, n_mfcc) sets the adapter's input width: name it in the error
-        raise ValueError(f"{err}; this run's adapter also differs from the checkpoint's in {', '.join(differ)}: a "
-                         "feature setting changes the width the adapter reads; set it as the checkpoint's "
-                         "(adapter.KEY=VALUE)") from err
+    report = init_from_state(model, checkpoint["state_dict"], hparams.get("labels"), resize_positional_table,
+                             source_spec=hparams.get("spec"), source_objective=objective,
+                             source_net=net if isinstance(net, Mapping) else None, adapter_differences=differ)
     log.info("init_from %s: loaded %d tensors (%s), new (re-initialised) %d: %s%s", path, len(report["loaded"]),
              _summary(report["loaded"]), len(report["new"]), report["new"],
              f", resized {report['resized']}" if report["resized"] else "")
