@@ -65,6 +65,18 @@ def _required(cfg: DictConfig, key: str) -> Any:
     return value
 
 
+def _number(cfg: DictConfig, key: str, kind: type) -> int | float:
+    """:func:`_required` as ``kind`` (int or float); a value that is not one (``null``, ``abc``, ``true``, or ``1.5``
+    for an int) is an error naming the key and the value."""
+    value = _required(cfg, key)
+    try:
+        if isinstance(value, bool) or value is None or (kind is int and isinstance(value, float) and value % 1):
+            raise TypeError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}={value!r} must be {'an int' if kind is int else 'a number'}") from None
+
+
 def _nodes(group: DictConfig | None) -> list[tuple[str, DictConfig]]:
     """The ``(key, node)`` entries of a config group (callbacks, loggers) that name a ``_target_``."""
     return [(key, node) for key, node in (group or {}).items() if node is not None and "_target_" in node]
@@ -151,10 +163,10 @@ def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: Fals
     """What the run plan is decided from, read from the config: the ``budget.*`` options and what the
     config asks for (epochs, early stopper, monitor); ``given(key)``: ``key`` was on the command line."""
     steps = _required(cfg, "budget.steps")
-    budget = Budget(steps=None if steps is None else int(steps), min_epochs=int(_required(cfg, "budget.min_epochs")),
-                    max_epochs=int(_required(cfg, "budget.max_epochs")),
-                    patience=float(_required(cfg, "budget.patience")),
-                    min_patience=int(_required(cfg, "budget.min_patience")))
+    budget = Budget(steps=None if steps is None else _number(cfg, "budget.steps", int),
+                    min_epochs=_number(cfg, "budget.min_epochs", int), max_epochs=_number(cfg, "budget.max_epochs", int),
+                    patience=_number(cfg, "budget.patience", float),
+                    min_patience=_number(cfg, "budget.min_patience", int))
     stopper = _early_stopper(cfg)
     patience = stopper[1].get("patience") if stopper is not None else None
     asked = Asked(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,13 @@ def test_training_options_and_budget_come_from_the_yaml_and_a_missing_key_is_an_
             del OmegaConf.select(broken, node)[leaf]
         with pytest.raises(ValueError, match=rf"the run config has no {key}"):
             plan_inputs(broken), finetune_options(broken), distill_options(broken)
+    for override, message in (("budget.max_epochs=null", "budget.max_epochs=None must be an int"),
+                              ("budget.min_epochs=abc", "budget.min_epochs='abc' must be an int"),
+                              ("budget.steps=1.5", "budget.steps=1.5 must be an int"),
+                              ("budget.patience=true", "budget.patience=True must be a number")):
+        with pytest.raises(ValueError, match=re.escape(message)):  # not int()'s TypeError or a silent truncation
+            plan_inputs(_cfg(tmp_path, [override]))
+    assert plan_inputs(_cfg(tmp_path, ["budget.steps=2000.0"]))[0].steps == 2000
 
 
 # ---------------------------------------------------------------------------------------------
