@@ -47,6 +47,7 @@ from seqattn.training.resume import (RunFolder, atomic_curves, continue_curves, 
                                     resumable_train_loader, resume_config)
 from seqattn.training.sweep import record_failure
 from seqattn.training.threads import LoadProbe, ThreadChoice, choose_threads, parse_setting
+from seqattn.training.time_budget import TimeBudget, check_seconds
 
 log = logging.getLogger("seqattn.run")
 
@@ -117,6 +118,9 @@ def build_callbacks(cfg: DictConfig, plan: RunPlan) -> list[Any]:
         if plan.monitor != configured and configured is not None and node.get("monitor") == configured:
             arguments["monitor"] = plan.monitor
         callbacks.append(instantiate(node, **arguments))
+    seconds = check_seconds(cfg.get("budget", {}).get("seconds"))
+    if seconds is not None:  # budget.seconds: fewer epochs when the time runs out, the schedule shortened to match
+        callbacks.append(TimeBudget(seconds))
     return callbacks
 
 
@@ -166,7 +170,8 @@ def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: Fals
     budget = Budget(steps=None if steps is None else _number(cfg, "budget.steps", int),
                     min_epochs=_number(cfg, "budget.min_epochs", int), max_epochs=_number(cfg, "budget.max_epochs", int),
                     patience=_number(cfg, "budget.patience", float),
-                    min_patience=_number(cfg, "budget.min_patience", int))
+                    min_patience=_number(cfg, "budget.min_patience", int),
+                    seconds=check_seconds(cfg.budget.get("seconds")))
     stopper = _early_stopper(cfg)
     patience = stopper[1].get("patience") if stopper is not None else None
     asked = Asked(
@@ -307,6 +312,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     set_fast_dropout(cfg.get("fast_dropout", True))
     parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
     parse_compile(cfg.get("compile"))
+    check_seconds(cfg.get("budget", {}).get("seconds"))  # budget.seconds: before any data is read
     load = LoadProbe()  # other processes' CPU load while the data is read (cpu_threads=auto)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
@@ -367,6 +373,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["selection"] = plan.selection_message
     if plan.budget_message:
         metrics["budget"] = plan.budget_message
+    time_budget = next((c.message for c in callbacks if isinstance(c, TimeBudget)), None)
+    if time_budget:
+        metrics["time_budget"] = time_budget
     if distill:
         metrics["distill"] = distill
     if compiled:

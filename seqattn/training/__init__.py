@@ -9,5 +9,6 @@
   validation split), saved as ``run_plan.json``;
 - :mod:`~seqattn.training.quiet`: the known messages of Lightning and PyTorch a user cannot act on, silenced;
 - :mod:`~seqattn.training.resume`: ``resume=RUN_DIR``, resumable train loaders;
-- :mod:`~seqattn.training.sweep`: the summary table of a Hydra multirun.
+- :mod:`~seqattn.training.sweep`: the summary table of a Hydra multirun;
+- :mod:`~seqattn.training.time_budget`: ``budget.seconds``, a run shortened to a time budget with its schedule.
 """

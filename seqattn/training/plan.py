@@ -43,13 +43,15 @@ CAPPED_PATIENCE = 0.25
 
 @dataclass(frozen=True)
 class Budget:
-    """The ``budget.*`` options (defaults in conf/config.yaml); ``steps=None``: no budget."""
+    """The ``budget.*`` options (defaults in conf/config.yaml); ``steps=None``: no budget. ``seconds`` (a time budget)
+    is not planned from the data: :class:`seqattn.training.time_budget.TimeBudget` applies it while training."""
 
     steps: int | None
     min_epochs: int
     max_epochs: int
     patience: float
     min_patience: int
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)
