@@ -101,3 +101,16 @@ def test_slurm_launcher_config_takes_its_shape_from_the_trainer(tmp_path):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         single = hydra_compose("config", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
     assert OmegaConf.to_container(single.hydra.launcher, resolve=True)["nodes"] == 1
+
+
+@pytest.mark.slow
+def test_a_time_budget_under_ddp_ends_every_process_at_the_same_epoch(tmp_path):
+    """``budget.seconds`` decides on rank 0's clock and broadcasts the epochs; the broadcast must pair up with the
+    epoch's metric synchronisation, which rank 0 alone may have started (EpochSummary): it hung before."""
+    common = TASKS["text_cls"].overrides + QUIET + ["trainer.max_epochs=3", "+trainer.limit_train_batches=4",
+                                                    "budget.seconds=0.001", f"paths.data_dir={tmp_path / 'data'}"]
+    _seqattn_run(common + ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                           f"hydra.run.dir={tmp_path / 'ddp'}"], tmp_path)
+    metrics = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+    assert metrics["epochs"] == 1  # the budget was spent in the first epoch: both processes stopped after it
+    assert metrics["time_budget"].startswith("budget.seconds=0.001: 1 epochs (the plan's 3 epochs)")

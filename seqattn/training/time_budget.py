@@ -88,7 +88,9 @@ class TimeBudget(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         batches = trainer.num_training_batches
-        if (trainer.current_epoch == self._first_epoch and batch_idx + 1 == self.probe_steps
+        # not under DDP: a mid-epoch decision would need a collective where other hooks (the progress bar's metrics on
+        # rank 0 only) may be running theirs
+        if (trainer.world_size == 1 and trainer.current_epoch == self._first_epoch and batch_idx + 1 == self.probe_steps
                 and isinstance(batches, int) and batches >= 3 * self.probe_steps):
             per_epoch = (time.monotonic() - self._start) / self.probe_steps * batches  # no validation yet
             # the epoch under way counts from its start: what is left of the budget since then
@@ -105,6 +107,10 @@ class TimeBudget(L.Callback):
         fit = done + max(0, math.floor(remaining / max(per_epoch, 1e-9)))
         epochs = max(done, 1, fit if self.plan_epochs is None else min(self.plan_epochs, fit))
         if trainer.world_size > 1:  # every process trains the same epochs: rank 0's clock decides
+            # the epoch's metrics are synchronised (a collective) the first time anything reads them, which on rank 0
+            # an earlier callback may have done alone (EpochSummary's line): read them here on every rank first, so
+            # the collectives pair up in the same order and the broadcast below meets its partner (else: a hang)
+            trainer.callback_metrics
             epochs = int(trainer.strategy.broadcast(epochs, src=0))
         if epochs != self.epochs:
             if self.epochs is None and (self.plan_epochs is None or epochs < self.plan_epochs):
