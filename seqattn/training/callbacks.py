@@ -39,10 +39,16 @@ class EpochSummary(L.Callback):
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking or not trainer.is_global_zero:
+        if trainer.sanity_checking:
+            return
+        # read on every rank, though only rank 0 writes the line: the first read of an epoch's metrics synchronises
+        # them across processes (a collective), and a read on rank 0 alone would pair with whatever collective the
+        # other ranks meet next (budget.seconds' broadcast hung on it)
+        metrics = trainer.callback_metrics
+        if not trainer.is_global_zero:
             return
         # at the end of the training epoch: its epoch-mean training loss and the validation that ran inside it
-        shown = {k: float(v) for k, v in trainer.callback_metrics.items()
+        shown = {k: float(v) for k, v in metrics.items()
                  if (k.startswith("val/") or k == "train/loss_epoch") and v.numel() == 1}
         text = " ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items()))
         elapsed = time.perf_counter() - (self._start or time.perf_counter())
