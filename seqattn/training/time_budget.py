@@ -81,6 +81,9 @@ class TimeBudget(L.Callback):
                     f"(stepped per {config.interval}) cannot be shortened to fit the time budget; use "
                     "objective.scheduler=seqattn.objectives.warmup_cosine (the recipes' default) or "
                     "objective.scheduler=null, or budget.steps / trainer.max_epochs instead of budget.seconds")
+        if not math.isfinite(trainer.num_training_batches):
+            raise ValueError(f"budget.seconds={self.seconds:g} needs a training loader with a length (its epochs are "
+                             "counted): use budget.steps / trainer.max_steps for an endless one")
         planned = trainer.fit_loop.max_epochs
         self.plan_epochs = int(planned) if planned is not None and planned >= 0 else None  # None: no epoch limit
         self._first_epoch = int(trainer.current_epoch)  # > 0 in a resumed run
@@ -110,12 +113,12 @@ class TimeBudget(L.Callback):
             # the epoch's metrics are synchronised (a collective) the first time anything reads them, which on rank 0
             # an earlier callback may have done alone (EpochSummary's line): read them here on every rank first, so
             # the collectives pair up in the same order and the broadcast below meets its partner (else: a hang)
-            trainer.callback_metrics
+            _ = trainer.callback_metrics
             epochs = int(trainer.strategy.broadcast(epochs, src=0))
         if epochs != self.epochs:
             if self.epochs is None and (self.plan_epochs is None or epochs < self.plan_epochs):
-                log.info("budget.seconds=%g: ~%.2f s per epoch -> %d of the plan's %d epochs (the learning-rate "
-                         "schedule shortened to end there)", self.seconds, per_epoch, epochs, self.plan_epochs)
+                log.info("budget.seconds=%g: ~%.2f s per epoch -> %d epochs (%s; the learning-rate schedule shortened "
+                         "to end there)", self.seconds, per_epoch, epochs, self._plan_text())
             self.epochs = epochs
             trainer.fit_loop.max_epochs = epochs
             accumulate = max(1, int(trainer.accumulate_grad_batches))
@@ -127,9 +130,12 @@ class TimeBudget(L.Callback):
         if epochs <= done:
             trainer.should_stop = True
 
+    def _plan_text(self) -> str:
+        return "no epoch limit" if self.plan_epochs is None else f"the plan's {self.plan_epochs} epochs"
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         run = int(trainer.current_epoch)  # epochs completed (a resumed run's earlier ones included)
-        plan = "no epoch limit" if self.plan_epochs is None else f"the plan's {self.plan_epochs} epochs"
+        plan = self._plan_text()
         shortened = self.epochs is not None and (self.plan_epochs is None or self.epochs < self.plan_epochs)
         self.message = (f"budget.seconds={self.seconds:g}: {run} epochs ({plan}) in {self._elapsed():.1f} s of "
                         "training loop"

@@ -81,7 +81,8 @@ class _Timed(BoringModel):
         optimizer = torch.optim.SGD(self.parameters(), lr=LR)
         if self.scheduler == "step_lr":
             return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 5)}
-        scheduler = warmup_cosine(optimizer, total_steps=int(self.trainer.estimated_stepping_batches))
+        steps = self.trainer.estimated_stepping_batches  # inf without an epoch limit: a length for the budget to set
+        scheduler = warmup_cosine(optimizer, total_steps=int(steps) if math.isfinite(steps) else 1000)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
@@ -114,6 +115,13 @@ def test_the_run_ends_when_the_budget_runs_out_with_the_learning_rate_at_its_flo
     # without the budget: the plan's 20 epochs, and the same learning rates would have been far from the floor
     trainer, model, _ = _fit(tmp_path, monkeypatch, batches=4, seconds=None)
     assert trainer.current_epoch == 20 and model.lrs[7] > 0.9 * LR
+
+
+def test_without_an_epoch_limit_the_budget_alone_ends_the_run(tmp_path, monkeypatch, caplog):
+    with caplog.at_level("INFO", logger="seqattn.train"):
+        trainer, model, (budget,) = _fit(tmp_path, monkeypatch, batches=4, seconds=10, epochs=-1)
+    assert trainer.current_epoch == 2 and budget.message.startswith("budget.seconds=10: 2 epochs (no epoch limit) in")
+    assert "~4.00 s per epoch -> 2 epochs (no epoch limit; the learning-rate schedule shortened" in caplog.text
 
 
 def test_a_budget_longer_than_the_plan_does_not_lengthen_it(tmp_path, monkeypatch):
