@@ -171,7 +171,7 @@ def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: Fals
                     min_epochs=_number(cfg, "budget.min_epochs", int), max_epochs=_number(cfg, "budget.max_epochs", int),
                     patience=_number(cfg, "budget.patience", float),
                     min_patience=_number(cfg, "budget.min_patience", int),
-                    seconds=check_seconds(cfg.budget.get("seconds")))
+                    seconds=check_seconds(cfg.get("budget", {}).get("seconds")))
     stopper = _early_stopper(cfg)
     patience = stopper[1].get("patience") if stopper is not None else None
     asked = Asked(

@@ -90,11 +90,12 @@ class TimeBudget(L.Callback):
         self._start = time.monotonic()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if batch_idx + 1 != self.probe_steps:  # every step passes here: the one cheap test first
+            return
         batches = trainer.num_training_batches
         # not under DDP: a mid-epoch decision would need a collective where other hooks (the progress bar's metrics on
         # rank 0 only) may be running theirs
-        if (trainer.world_size == 1 and trainer.current_epoch == self._first_epoch and batch_idx + 1 == self.probe_steps
-                and isinstance(batches, int) and batches >= 3 * self.probe_steps):
+        if trainer.world_size == 1 and trainer.current_epoch == self._first_epoch and batches >= 3 * self.probe_steps:
             per_epoch = (time.monotonic() - self._start) / self.probe_steps * batches  # no validation yet
             # the epoch under way counts from its start: what is left of the budget since then
             self._decide(trainer, per_epoch, done=int(trainer.current_epoch), remaining=self.seconds - self._before)

@@ -81,8 +81,8 @@ class _Timed(BoringModel):
         optimizer = torch.optim.SGD(self.parameters(), lr=LR)
         if self.scheduler == "step_lr":
             return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 5)}
-        steps = self.trainer.estimated_stepping_batches  # inf without an epoch limit: a length for the budget to set
-        scheduler = warmup_cosine(optimizer, total_steps=int(steps) if math.isfinite(steps) else 1000)
+        steps = self.trainer.estimated_stepping_batches  # inf (or -1) without an epoch or batch limit: any length
+        scheduler = warmup_cosine(optimizer, total_steps=int(steps) if math.isfinite(steps) and steps > 0 else 1000)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
@@ -137,6 +137,18 @@ def test_a_long_first_epoch_is_measured_after_the_probe_steps(tmp_path, monkeypa
     trainer, model, (budget,) = _fit(tmp_path, monkeypatch, batches=60, seconds=125, epochs=10)
     assert trainer.current_epoch == 2 and len(model.lrs) == 120
     assert model.lrs[25] == pytest.approx(LR * (FLOOR + (1 - FLOOR) * 0.5 * (1 + math.cos(math.pi * 19 / 114))))
+
+
+class _Endless(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        while True:
+            yield torch.randn(32)
+
+
+def test_an_endless_training_loader_is_refused_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(_Timed, "train_dataloader", lambda self: DataLoader(_Endless(), batch_size=4))
+    with pytest.raises(ValueError, match="budget.seconds=10 needs a training loader with a length"):
+        _fit(tmp_path, monkeypatch, batches=4, seconds=10, epochs=2)
 
 
 def test_a_schedule_that_cannot_be_shortened_is_refused_and_bad_values_are_errors(tmp_path, monkeypatch):
