@@ -216,10 +216,28 @@ class Objective(L.LightningModule):
         trainer = getattr(self, "_trainer", None)
         return trainer is None or "mixed" not in str(getattr(trainer, "precision", ""))
 
+    def _schedule_steps(self) -> int:
+        """The run's length in optimizer steps, which ``objective.scheduler`` is built for; a run without one (no
+        epoch limit and no step limit, or an endless training loader without ``trainer.max_steps``) is refused with
+        what to set instead."""
+        trainer = self.trainer
+        total = trainer.estimated_stepping_batches
+        if total == float("inf") or total <= 0:
+            if trainer.max_epochs == -1:
+                why = "trainer.max_epochs=-1 (no epoch limit) and no trainer.max_steps"
+            else:
+                why = "the training loader is endless (it has no length) and trainer.max_steps is not set"
+            raise ValueError(
+                f"objective.scheduler ({self.scheduler_cfg.get('_target_', self.scheduler_cfg)}) needs the run's "
+                f"length in optimizer steps, and this run has none: {why}. Set trainer.max_epochs=N or "
+                "trainer.max_steps=N, or objective.scheduler=null (a constant learning rate; budget.seconds then "
+                "ends the run)")
+        return int(total)
+
     def configure_optimizers(self):
         optimizer = self.build_optimizer()
         if not self.scheduler_cfg:
             return optimizer
-        total = int(self.trainer.estimated_stepping_batches)
+        total = self._schedule_steps()
         scheduler = instantiate(self.scheduler_cfg)(optimizer, total_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

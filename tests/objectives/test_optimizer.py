@@ -3,7 +3,10 @@ taken), the loop's numbers (``foreach``: to the bit; ``fused``: to rounding)."""
 
 from __future__ import annotations
 
+import lightning as L
+import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from seqattn.objectives import SequenceClassification
 from tests.objectives.test_classification import _data, _net
@@ -84,3 +87,38 @@ def test_fused_learns_what_the_loop_learns():
     after = [torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (fused_model, loop_model)]
     torch.testing.assert_close(after[0], after[1], atol=1e-6, rtol=1e-5)
     assert (after[1] - start).abs().max() > 1e-2
+
+
+SCHEDULE = {"_target_": "seqattn.objectives.warmup_cosine", "_partial_": True}
+
+
+class _Endless(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        data = _data(n=8)
+        while True:
+            yield from ({key: value[i] for key, value in data.items()} for i in range(8))
+
+
+def _fit(loader, **trainer_args) -> SequenceClassification:
+    model = SequenceClassification(net=_net("mean"), labels=["neg", "pos"], scheduler=SCHEDULE)
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, **trainer_args)
+    trainer.fit(model, loader)
+    return model
+
+
+def test_a_schedule_without_a_run_length_is_refused_with_what_to_set():
+    """The recipes' warm-up + cosine is built for the run's length in optimizer steps; a run without one (no epoch
+    limit, or an endless loader, and no step limit) is refused naming the setting, not an OverflowError."""
+    data = _data(n=32)
+    batches = DataLoader([{key: value[i] for key, value in data.items()} for i in range(32)], batch_size=8)
+    with pytest.raises(ValueError, match=r"needs the run's length in optimizer steps, and this run has none: "
+                                         r"trainer.max_epochs=-1 \(no epoch limit\) and no trainer.max_steps"):
+        _fit(batches, max_epochs=-1)
+    with pytest.raises(ValueError, match="the training loader is endless .* Set trainer.max_epochs=N or "
+                                         "trainer.max_steps=N, or objective.scheduler=null"):
+        _fit(DataLoader(_Endless(), batch_size=8), max_epochs=2)
+    for loader in (batches, DataLoader(_Endless(), batch_size=8)):  # a step limit is a length
+        model = _fit(loader, max_epochs=-1, max_steps=6)
+        scheduler = model.trainer.lr_scheduler_configs[0].scheduler
+        assert scheduler.lr_lambdas[0].total_steps == 6 and model.trainer.global_step == 6
