@@ -29,6 +29,7 @@ from torch import nn
 from seqattn.core.attention_plan import AttentionPlan
 from seqattn.core.kernels import check_kernel
 from seqattn.core.plan import plan_layer
+from seqattn.core.varlen import packed_linear
 
 #: self-attention with rotary positions reads its q / k rows pair by pair and rotates with one complex product
 #: (``MultiHeadAttention._project_rotated``); False: the half-width rotation of ``RotaryEmbedding.forward``
@@ -235,18 +236,17 @@ class MultiHeadAttention(nn.Module):
         (flattened ``b·L + l``) only: ``x [B, L, D]`` -> ``[B, L, D]``, equal to the padded layer
         (padded rows: the output projection's bias, as ``out_proj`` of their zeroed attention)."""
         b, length, _ = x.shape
-        qkv = F.linear(x.reshape(b * length, self.dim).index_select(0, tokens), *self._qkv_weight())  # [N, 2K+V]
-        qkv = qkv.new_zeros(b * length, qkv.shape[1]).index_copy(0, tokens, qkv).view(b, length, -1)
+        # the real rows projected, padded rows zero; saves x, not a gathered copy of it
+        qkv = packed_linear(x.reshape(b * length, self.dim), tokens, *self._qkv_weight()).view(b, length, -1)
         q, k, v = (self._split_heads(t) for t in qkv.split([self.dim_k, self.dim_k, self.dim_v], dim=-1))
         if rotary is not None:
             q, k = rotary(q, k)
         out, weights = plan.attend(q, k, v, self.dropout if self.training else 0.0, self.scale, need_weights,
                                    attention_items, bias=bias)
-        out = out.transpose(1, 2).reshape(b * length, self.dim_v).index_select(0, tokens)  # [N, V]
-        out = F.linear(out, self.out_proj.weight)  # [N, D]
-        out = out.new_zeros(b * length, self.dim).index_copy(0, tokens, out).view(b, length, self.dim)
-        if self.out_proj.bias is not None:
-            out = out + self.out_proj.bias
+        out = out.transpose(1, 2).reshape(b * length, self.dim_v)  # [B·L, V]: the kernel's output, kept by it
+        # padded rows: the output bias alone, as out_proj of their zeroed attention
+        out = packed_linear(out, tokens, self.out_proj.weight, self.out_proj.bias, fill_bias=True)
+        out = out.view(b, length, self.dim)
         return (out, weights) if need_weights else out
 
     def _edge_offsets(self, plan: AttentionPlan, b: int, length: int,

@@ -200,3 +200,48 @@ def varlen_attention_autograd(
         else:
             out[:, :, :m].index_copy_(0, rows, piece)
     return out  # [B, H, L, E] in batch order
+
+
+class PackedLinear(torch.autograd.Function):
+    """A linear layer on the real rows of a padded batch: ``x [R, I]`` (the batch flattened, ``R = B·L``), ``rows
+    [N]`` (the real rows, distinct) -> ``y [R, O]`` with ``y[rows] = x[rows] Wᵀ + b`` and the other rows ``b``
+    (``fill_bias``) or zero. Saves ``x`` and ``rows``, not the gathered ``[N, I]`` copy (``x`` is alive anyway:
+    the layer's input, or the attention output its kernel keeps): backward gathers it again. The gradients equal
+    ``index_select`` -> ``F.linear`` -> ``index_copy``'s; no double backward."""
+
+    @staticmethod
+    def forward(ctx, x, rows, weight, bias, fill_bias: bool):
+        y = F.linear(x.index_select(0, rows), weight, bias)  # [N, O]
+        if fill_bias and bias is not None:
+            full = bias.expand(x.shape[0], weight.shape[0]).clone()
+        else:
+            full = y.new_zeros(x.shape[0], weight.shape[0])
+        full.index_copy_(0, rows, y)
+        ctx.save_for_backward(x, rows, weight)
+        ctx.fill_bias, ctx.has_bias = fill_bias, bias is not None
+        return full
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, rows, weight = ctx.saved_tensors
+        g = grad.index_select(0, rows)  # [N, O]
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = x.new_zeros(x.shape).index_copy_(0, rows, g @ weight.to(g.dtype))
+        if ctx.needs_input_grad[2]:
+            dw = g.t() @ x.index_select(0, rows).to(g.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            db = (grad if ctx.fill_bias else g).sum(0)
+        return dx, None, dw, db, None
+
+
+def packed_linear(x: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  fill_bias: bool = False) -> torch.Tensor:
+    """:class:`PackedLinear` (under tracing or compile: the same arithmetic by gather, linear and scatter)."""
+    if tracing():
+        y = F.linear(x.index_select(0, rows), weight, bias)
+        full = (bias.expand(x.shape[0], weight.shape[0]).clone() if fill_bias and bias is not None
+                else y.new_zeros(x.shape[0], weight.shape[0]))
+        return full.index_copy(0, rows, y)
+    return PackedLinear.apply(x, rows, weight, bias, fill_bias)

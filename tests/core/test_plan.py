@@ -336,6 +336,63 @@ def test_biased_mask_built_at_the_edges_equals_the_dense_construction():
     assert rows[1, 1, 2, 0] and not rows[1, 0, 2, 0] and rows[0, :, 3].all()
 
 
+@pytest.mark.parametrize("with_bias,fill_bias", [(True, True), (True, False), (False, True)])
+def test_packed_linear_equals_gather_linear_scatter_values_and_gradients(with_bias, fill_bias):
+    """``PackedLinear`` (the real rows of a padded batch projected, saving the batch instead of a gathered copy):
+    values and gradients of x, the weight and the bias equal index_select -> linear -> scatter; checked by
+    gradcheck in double precision too."""
+    from seqattn.core.varlen import PackedLinear, packed_linear
+
+    torch.manual_seed(0)
+    x = torch.randn(12, 5, dtype=torch.double, requires_grad=True)
+    rows = torch.tensor([0, 1, 2, 6, 7, 11])
+    weight = torch.randn(3, 5, dtype=torch.double, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.double, requires_grad=True) if with_bias else None
+    y = packed_linear(x, rows, weight, bias, fill_bias)
+    filled = bias.expand(12, 3) if (bias is not None and fill_bias) else torch.zeros(12, 3, dtype=torch.double)
+    ref = filled.clone().index_copy(0, rows, torch.nn.functional.linear(x.index_select(0, rows), weight, bias))
+    torch.testing.assert_close(y, ref)
+    probe = torch.randn(12, 3, dtype=torch.double)
+    inputs = [x, weight] + ([bias] if bias is not None else [])
+    got = torch.autograd.grad((y * probe).sum(), inputs)
+    want = torch.autograd.grad((ref * probe).sum(), inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert torch.autograd.gradcheck(lambda a, w, c: PackedLinear.apply(a, rows, w, c, fill_bias),
+                                    (x, weight, bias))
+
+
+def test_the_packed_layer_keeps_no_more_for_backward_than_the_padded_layer():
+    """Spread lengths: the packed projections keep the layer's input and the kernel's output for backward, not
+    gathered copies of them, so the tensors saved for backward take no more memory than the padded layer's
+    but the index of the real rows (before: 1.14x here, 1.19x at the bench's varlen cell)."""
+    from seqattn.core.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    b, length, dim = 4, 200, 32
+    mask = _lengths_mask([200, 20, 90, 45], length)
+    layer = MultiHeadAttention(dim, 4)
+    x = torch.randn(b, length, dim, requires_grad=True)
+
+    def saved_bytes(packed: bool) -> int:
+        plan = plan_attention(b, length, heads=4, dim=dim, device=x.device, mask=mask)
+        assert plan.path == "varlen" and plan.varlen.tokens is not None
+        if not packed:
+            plan.varlen.tokens = None
+        storages = {}
+
+        def keep(t):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            layer(x, plan=plan)
+        return sum(storages.values())
+
+    packed, padded = saved_bytes(packed=True), saved_bytes(packed=False)
+    assert packed <= 1.02 * padded, (packed, padded)  # + the real rows' index (2.8 kB here)
+
+
 def test_packed_projections_equal_the_padded_layer():
     """Spread lengths: the layer projects only the real tokens; outputs (padded rows too: the output
     bias) and the gradients of x and every parameter equal the padded layer's."""
