@@ -211,9 +211,9 @@ class PackedLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, rows, weight, bias, fill_bias: bool):
-        y = F.linear(x.index_select(0, rows), weight, bias)  # [N, O]
+        y = F.linear(x.index_select(0, rows), weight, bias)  # [N, O] (in autocast's dtype under autocast)
         if fill_bias and bias is not None:
-            full = bias.expand(x.shape[0], weight.shape[0]).clone()
+            full = bias.to(y.dtype).expand(x.shape[0], weight.shape[0]).clone()
         else:
             full = y.new_zeros(x.shape[0], weight.shape[0])
         full.index_copy_(0, rows, y)
@@ -228,11 +228,11 @@ class PackedLinear(torch.autograd.Function):
         g = grad.index_select(0, rows)  # [N, O]
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = x.new_zeros(x.shape).index_copy_(0, rows, g @ weight.to(g.dtype))
+            dx = x.new_zeros(x.shape).index_copy_(0, rows, (g @ weight.to(g.dtype)).to(x.dtype))
         if ctx.needs_input_grad[2]:
-            dw = g.t() @ x.index_select(0, rows).to(g.dtype)
+            dw = (g.t() @ x.index_select(0, rows).to(g.dtype)).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[3]:
-            db = (grad if ctx.fill_bias else g).sum(0)
+            db = (grad if ctx.fill_bias else g).sum(0).to(weight.dtype)
         return dx, None, dw, db, None
 
 
@@ -241,7 +241,7 @@ def packed_linear(x: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bia
     """:class:`PackedLinear` (under tracing or compile: the same arithmetic by gather, linear and scatter)."""
     if tracing():
         y = F.linear(x.index_select(0, rows), weight, bias)
-        full = (bias.expand(x.shape[0], weight.shape[0]).clone() if fill_bias and bias is not None
+        full = (bias.to(y.dtype).expand(x.shape[0], weight.shape[0]).clone() if fill_bias and bias is not None
                 else y.new_zeros(x.shape[0], weight.shape[0]))
         return full.index_copy(0, rows, y)
     return PackedLinear.apply(x, rows, weight, bias, fill_bias)

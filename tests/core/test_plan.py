@@ -421,3 +421,32 @@ def test_packed_projections_equal_the_padded_layer():
     torch.testing.assert_close(x.grad, x2.grad, atol=1e-5, rtol=1e-4)
     for (name, p), q in zip(layer.named_parameters(), other.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_packed_projections_under_bf16_autocast_equal_the_padded_layer():
+    """Under CPU autocast (``precision=bf16-mixed``) the packed layer computes in bf16 as the padded layer does:
+    the same output dtype and values, the same gradients (fp32 parameters)."""
+    import copy
+
+    from seqattn.core.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    b, length, dim = 4, 200, 32
+    mask = _lengths_mask([200, 20, 90, 45], length)
+    layer = MultiHeadAttention(dim, 4)
+    other = copy.deepcopy(layer)
+    x = torch.randn(b, length, dim, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    plan = plan_attention(b, length, heads=4, dim=dim, device=x.device, mask=mask)
+    padded_plan = plan_attention(b, length, heads=4, dim=dim, device=x.device, mask=mask)
+    padded_plan.varlen.tokens = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, ref = layer(x, plan=plan), other(x2, plan=padded_plan)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref)
+    out.float().square().sum().backward()
+    ref.float().square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    for (name, p), q in zip(layer.named_parameters(), other.parameters()):
+        assert p.grad.dtype == torch.float32
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
