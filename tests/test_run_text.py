@@ -54,6 +54,14 @@ def test_tagging_recipe_learns_and_its_checkpoint_tags_raw_words(compose_cfg, tm
     datamodule.setup()
     assert model.net.adapter.vocab.to_list() == datamodule.vocab.to_list()  # the tokenizer round trip
     assert model.labels == datamodule.label_names
+    # the logger's hparams.yaml: the hyper-parameters and a one-line summary of the data, not its vocabulary (the
+    # whole spec as YAML cost ~0.6 s per write on a real treebank); the checkpoint keeps the spec whole
+    import yaml
+
+    logged = yaml.safe_load((out / "csv" / "hparams.yaml").read_text())
+    assert "spec" not in logged and logged["net"] == model.hparams["net"] and logged["labels"] == model.labels
+    assert f"vocabulary {len(datamodule.vocab.to_list())} words" in logged["data"]
+    assert model.hparams["spec"]["vocab"] == datamodule.vocab.to_list()
 
     # raw text in, through a datamodule that never saw the training data
     sentences = ["They can fish , paint , smoke and milk .", "I saw a saw near the old boat .",
