@@ -34,12 +34,13 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from seqattn.core import dropout as fast_dropout
 from seqattn.core.band import BandLayout, band_attention
 from seqattn.core.fused import SMALL_LENGTH, FlashAttentionCPU, SmallBiasedAttention, cpu_flash_available, \
     cpu_flash_on, weights_from_lse
 from seqattn.core.graph_cost import edges_to_dense
-from seqattn.core.kernels import edge_attention, edge_weights_to_dense, linear_attention, linear_attention_weights, \
-    math_attention
+from seqattn.core.kernels import cpu_dropout_attention, edge_attention, edge_weights_to_dense, linear_attention, \
+    linear_attention_weights, math_attention
 from seqattn.core.masks import additive_mask, combine_masks, dead_rows, revive_dead_rows, structure_mask
 from seqattn.core.varlen import VarlenLayout, varlen_attention
 
@@ -254,6 +255,9 @@ class AttentionPlan:
 
 def _none_or_dense(plan, q, k, v, dropout_p, scale, need_weights, edge_key, edge_value):
     mask = plan.mask_for(q.dtype)
+    if dropout_p > 0.0 and q.device.type == "cpu" and fast_dropout.ENABLED and not need_weights:
+        # the fused CPU kernel has no dropout: the math path with the cheap masks, not torch's bernoulli draws
+        return cpu_dropout_attention(q, k, v, mask, dropout_p, scale), None, None
     if need_weights and cpu_flash_available(q, dropout_p):
         # the same fused kernel, called directly: it also returns the logsumexp
         if mask is not None and mask.dtype == torch.bool:  # the op takes an additive mask

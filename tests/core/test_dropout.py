@@ -153,3 +153,66 @@ def test_attention_weight_dropout_uses_it():
     weights = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1)  # scale 1/sqrt(4)
     torch.manual_seed(8)
     torch.testing.assert_close(out, dropout(weights, 0.5) @ v)
+
+
+def _padded(lengths, heads=2, length=6, dim=4):
+    torch.manual_seed(9)
+    q, k, v = (torch.randn(len(lengths), heads, length, dim, requires_grad=True) for _ in range(3))
+    keys = (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]  # [B, 1, 1, S]
+    return q, k, v, keys
+
+
+@pytest.mark.parametrize("lengths", [[6, 3, 4], [6, 0, 2]], ids=["padded", "an empty sequence"])
+@pytest.mark.parametrize("additive", [False, True], ids=["bool mask", "additive mask"])
+def test_cpu_dropout_attention_is_the_math_kernel_with_the_same_draws(lengths, additive):
+    """The dense path's training kernel on CPU (dropout on the weights): the reference math kernel's output and
+    gradients with the same draws, padding masks bool or additive, an empty sequence's rows kept finite."""
+    from seqattn.core.kernels import cpu_dropout_attention, math_attention
+    from seqattn.core.masks import additive_mask
+
+    q, k, v, keys = _padded(lengths)
+    mask = additive_mask(keys, q.dtype) if additive else keys
+    probe = torch.randn(q.shape)
+    torch.manual_seed(10)
+    out = cpu_dropout_attention(q, k, v, mask, 0.3, scale=0.7)
+    grads = torch.autograd.grad((out * probe).sum(), (q, k, v))
+    torch.manual_seed(10)
+    ref, _ = math_attention(q, k, v, mask, 0.3, 0.7)
+    ref_grads = torch.autograd.grad((ref * probe).sum(), (q, k, v))
+    torch.testing.assert_close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, r)
+    torch.manual_seed(10)
+    assert not torch.equal(out, cpu_dropout_attention(q, k, v, mask, 0.0, scale=0.7))  # weights were dropped
+
+
+def test_the_dense_path_trains_with_the_cheap_masks_and_switched_off_with_torchs():
+    """A padded batch through the attention layer in training: the dense path takes the cheap-mask kernel
+    (``fast_dropout`` on) or torch's fused call with its own dropout (off), each reproducible by seed."""
+    from seqattn.core.attention import MultiHeadAttention
+    from seqattn.core.kernels import cpu_dropout_attention
+    from seqattn.core.plan import plan_attention
+
+    torch.manual_seed(11)
+    layer = MultiHeadAttention(8, 2, dropout=0.4).train()
+    x = torch.randn(3, 6, 8)
+    keys = torch.arange(6)[None, :] < torch.tensor([6, 3, 4])[:, None]
+    plan = plan_attention(3, 6, heads=2, dim=8, device=x.device, mask=keys)
+    assert plan.path == "dense"
+
+    def attend(seed):
+        torch.manual_seed(seed)
+        return layer(x, plan=plan)
+
+    q, k, v = (layer._split_heads(t) for t in layer._project_self(x))
+    torch.manual_seed(12)
+    expected = cpu_dropout_attention(q, k, v, plan.mask_for(x.dtype), 0.4)
+    expected = layer.out_proj(expected.transpose(1, 2).reshape(3, 6, 8))
+    real = keys[:, :, None]
+    torch.testing.assert_close(attend(12) * real, expected * real)  # padded query rows: the plan zeroes them
+    set_fast_dropout(False)
+    torch.manual_seed(12)
+    torchs = F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask_for(x.dtype), dropout_p=0.4)
+    torchs = layer.out_proj(torchs.transpose(1, 2).reshape(3, 6, 8))
+    torch.testing.assert_close(attend(12) * real, torchs * real)
