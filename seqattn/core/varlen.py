@@ -23,8 +23,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from seqattn.core import dropout as fast_dropout
 from seqattn.core.checks import tracing
 from seqattn.core.fused import cpu_flash_available
+from seqattn.core.kernels import cpu_dropout_attention
 from seqattn.core.masks import additive_mask
 
 
@@ -193,8 +195,12 @@ def varlen_attention_autograd(
             kb = k[:, :, :m].index_select(0, rows)
             vb = v[:, :, :m].index_select(0, rows)
         mask = None if causal else bucket.key_mask
-        piece = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout_p, scale=scale,
-                                               is_causal=causal)  # [n, H, m, E]
+        if dropout_p > 0.0 and not causal and q.device.type == "cpu" and fast_dropout.ENABLED:
+            # CPU training: the cheap dropout masks, not SDPA's math path with bernoulli draws
+            piece = cpu_dropout_attention(qb, kb, vb, mask, dropout_p, scale)  # [n, H, m, E]
+        else:
+            piece = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout_p, scale=scale,
+                                                   is_causal=causal)  # [n, H, m, E]
         if bucket.row is not None:
             out[bucket.row:bucket.row + 1, :, :m] = piece
         else:

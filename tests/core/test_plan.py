@@ -450,3 +450,29 @@ def test_packed_projections_under_bf16_autocast_equal_the_padded_layer():
     for (name, p), q in zip(layer.named_parameters(), other.parameters()):
         assert p.grad.dtype == torch.float32
         torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+def test_varlen_training_with_dropout_drops_each_buckets_weights_with_the_cheap_masks():
+    """Spread lengths with dropout on the attention weights (CPU): every bucket through
+    ``cpu_dropout_attention`` in bucket order (the cheap masks), its rows written back, the padded tails zero."""
+    from seqattn.core.kernels import cpu_dropout_attention
+    from seqattn.core.varlen import varlen_attention
+
+    b, h, length, d = 5, 2, 120, 8
+    lengths = [120, 30, 100, 0, 64]
+    q, k, v = _qkv(b, h, length, d, seed=4)
+    plan = plan_attention(b, length, heads=h, dim=h * d, device=q.device, mask=_lengths_mask(lengths, length),
+                          path="varlen")
+    torch.manual_seed(5)
+    out = varlen_attention(q, k, v, plan.varlen, dropout_p=0.3)
+    torch.manual_seed(5)
+    expected = torch.zeros_like(out)
+    for bucket in plan.varlen.buckets:
+        if bucket.length == 0:
+            continue
+        m, rows = bucket.length, bucket.index
+        piece = cpu_dropout_attention(q[rows, :, :m], k[rows, :, :m], v[rows, :, :m], bucket.key_mask, 0.3)
+        expected[rows, :, :m] = piece
+    real = _lengths_mask(lengths, length)[:, None, :, None]
+    torch.testing.assert_close(out * real, expected * real)
+    assert not torch.equal(out, varlen_attention(q, k, v, plan.varlen))  # the weights were dropped
