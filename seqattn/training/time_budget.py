@@ -7,7 +7,8 @@ for a longer one, raise ``trainer.max_epochs`` (or ``budget.steps``) as well.
 
 How: :class:`TimeBudget` measures the loop as it runs. After the first ``probe_steps`` training steps of a long
 first epoch, and again at every epoch end (its validation included), it predicts how many whole epochs fit in the
-budget from the mean time per epoch so far, sets the Trainer's ``max_epochs`` to that (never more than the plan's,
+budget from the mean time per epoch so far (of the epochs after the first, once there are any: the first epoch's
+one-time costs do not recur), sets the Trainer's ``max_epochs`` to that (never more than the plan's,
 never fewer than the epochs already run) and the schedule's length to those epochs' optimizer steps
 (:class:`seqattn.objectives.schedules.WarmupCosineFactor`), so the learning rate decays to its floor at the last
 epoch instead of being cut mid-way. A run on a slower (or busier) machine trains fewer epochs: the run length,
@@ -57,6 +58,7 @@ class TimeBudget(L.Callback):
         self.probe_steps = int(probe_steps)
         self._before = 0.0        # seconds of training loop in earlier processes (a resumed run)
         self._start: float | None = None
+        self._first_end: float | None = None  # when this process's first epoch ended
         self._first_epoch = 0
         self.plan_epochs: int | None = None
         self.epochs: int | None = None  # the epochs the budget allows, as last decided
@@ -87,7 +89,7 @@ class TimeBudget(L.Callback):
         planned = trainer.fit_loop.max_epochs
         self.plan_epochs = int(planned) if planned is not None and planned >= 0 else None  # None: no epoch limit
         self._first_epoch = int(trainer.current_epoch)  # > 0 in a resumed run
-        self._start = time.monotonic()
+        self._start, self._first_end = time.monotonic(), None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if batch_idx + 1 != self.probe_steps:  # every step passes here: the one cheap test first
@@ -102,8 +104,13 @@ class TimeBudget(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # runs after the epoch's validation (Lightning 2): the time per epoch includes it
-        done = int(trainer.current_epoch) + 1
-        per_epoch = (time.monotonic() - self._start) / (done - self._first_epoch)  # this process's epochs
+        done, now = int(trainer.current_epoch) + 1, time.monotonic()
+        here = done - self._first_epoch  # this process's epochs
+        if here == 1 or self._first_end is None:
+            self._first_end = now
+            per_epoch = (now - self._start) / here
+        else:  # the epochs after this process's first: its one-time costs (caches, a GPU's first shapes) do not recur
+            per_epoch = (now - self._first_end) / (here - 1)
         self._decide(trainer, per_epoch, done=done, remaining=self.seconds - self._elapsed())
 
     def _decide(self, trainer: L.Trainer, per_epoch: float, done: int, remaining: float) -> None:

@@ -61,13 +61,13 @@ class _Clock:
 class _Timed(BoringModel):
     """``batches`` training batches per epoch, each taking one second of the fake clock; warmup_cosine per step."""
 
-    def __init__(self, clock: _Clock, batches: int, scheduler: str = "warmup_cosine") -> None:
+    def __init__(self, clock: _Clock, batches: int, scheduler: str = "warmup_cosine", warmup: float = 0.0) -> None:
         super().__init__()
-        self.clock, self.batches, self.scheduler = clock, batches, scheduler
+        self.clock, self.batches, self.scheduler, self.warmup = clock, batches, scheduler, warmup
         self.lrs: list[float] = []
 
     def training_step(self, batch, batch_idx):
-        self.clock.now += 1.0
+        self.clock.now += 1.0 + (self.warmup if self.current_epoch == 0 and batch_idx == 0 else 0.0)
         self.lrs.append(self.trainer.optimizers[0].param_groups[0]["lr"])
         return super().training_step(batch, batch_idx)
 
@@ -115,6 +115,14 @@ def test_the_run_ends_when_the_budget_runs_out_with_the_learning_rate_at_its_flo
     # without the budget: the plan's 20 epochs, and the same learning rates would have been far from the floor
     trainer, model, _ = _fit(tmp_path, monkeypatch, batches=4, seconds=None)
     assert trainer.current_epoch == 20 and model.lrs[7] > 0.9 * LR
+
+
+def test_a_slow_first_epoch_is_not_counted_as_the_pace_of_the_others(tmp_path, monkeypatch):
+    # the first epoch 10 s (6 s of one-time set-up), the others 4 s: after epoch 2 the pace is 4 s, so 30 s fit 6
+    # epochs (26 s of training would be spent stopping at 5, as a mean with the first epoch in it plans: 7, 6, 5.5 s)
+    trainer, model, (budget,) = _fit(tmp_path, monkeypatch, batches=4, seconds=30, warmup=6.0)
+    assert trainer.current_epoch == 6 and budget.epochs == 6 and len(model.lrs) == 24
+    assert budget.message.startswith("budget.seconds=30: 6 epochs (the plan's 20 epochs) in 30.0 s")
 
 
 def test_without_an_epoch_limit_the_budget_alone_ends_the_run(tmp_path, monkeypatch, caplog):
