@@ -102,6 +102,11 @@ def _early_stopper(cfg: DictConfig) -> tuple[str, DictConfig] | None:
     return next(((key, node) for key, node in _nodes(cfg.get("callbacks")) if _is_early_stopping(node)), None)
 
 
+def _budget_seconds(cfg: DictConfig) -> float | None:
+    """``budget.seconds``, checked (None: no time budget; a bad value is a ``ValueError`` naming it)."""
+    return check_seconds(cfg.get("budget", {}).get("seconds"))
+
+
 def build_callbacks(cfg: DictConfig, plan: RunPlan) -> list[Any]:
     """The config's callbacks, instantiated under the run plan: an early stopper (found by type) is left
     out when the plan says so, or gets the planned patience; a callback watching ``objective.monitor``
@@ -118,7 +123,7 @@ def build_callbacks(cfg: DictConfig, plan: RunPlan) -> list[Any]:
         if plan.monitor != configured and configured is not None and node.get("monitor") == configured:
             arguments["monitor"] = plan.monitor
         callbacks.append(instantiate(node, **arguments))
-    seconds = check_seconds(cfg.get("budget", {}).get("seconds"))
+    seconds = _budget_seconds(cfg)
     if seconds is not None:  # budget.seconds: fewer epochs when the time runs out, the schedule shortened to match
         callbacks.append(TimeBudget(seconds))
     return callbacks
@@ -171,7 +176,7 @@ def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: Fals
                     min_epochs=_number(cfg, "budget.min_epochs", int), max_epochs=_number(cfg, "budget.max_epochs", int),
                     patience=_number(cfg, "budget.patience", float),
                     min_patience=_number(cfg, "budget.min_patience", int),
-                    seconds=check_seconds(cfg.get("budget", {}).get("seconds")))
+                    seconds=_budget_seconds(cfg))
     stopper = _early_stopper(cfg)
     patience = stopper[1].get("patience") if stopper is not None else None
     asked = Asked(
@@ -312,7 +317,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     set_fast_dropout(cfg.get("fast_dropout", True))
     parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
     parse_compile(cfg.get("compile"))
-    check_seconds(cfg.get("budget", {}).get("seconds"))  # budget.seconds: before any data is read
+    _budget_seconds(cfg)  # budget.seconds: before any data is read
     load = LoadProbe()  # other processes' CPU load while the data is read (cpu_threads=auto)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)

@@ -34,13 +34,12 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from seqattn.core import dropout as fast_dropout
 from seqattn.core.band import BandLayout, band_attention
 from seqattn.core.fused import SMALL_LENGTH, FlashAttentionCPU, SmallBiasedAttention, cpu_flash_available, \
     cpu_flash_on, weights_from_lse
 from seqattn.core.graph_cost import edges_to_dense
 from seqattn.core.kernels import cpu_dropout_attention, edge_attention, edge_weights_to_dense, linear_attention, \
-    linear_attention_weights, math_attention
+    linear_attention_weights, math_attention, takes_cpu_dropout
 from seqattn.core.masks import additive_mask, combine_masks, dead_rows, revive_dead_rows, structure_mask
 from seqattn.core.varlen import VarlenLayout, varlen_attention
 
@@ -255,7 +254,7 @@ class AttentionPlan:
 
 def _none_or_dense(plan, q, k, v, dropout_p, scale, need_weights, edge_key, edge_value):
     mask = plan.mask_for(q.dtype)
-    if dropout_p > 0.0 and q.device.type == "cpu" and fast_dropout.ENABLED and not need_weights:
+    if takes_cpu_dropout(q, dropout_p) and not need_weights:
         # the fused CPU kernel has no dropout: the math path with the cheap masks, not torch's bernoulli draws
         return cpu_dropout_attention(q, k, v, mask, dropout_p, scale), None, None
     if need_weights and cpu_flash_available(q, dropout_p):

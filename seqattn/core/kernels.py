@@ -28,9 +28,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from seqattn.core import dropout as fast_dropout
 from seqattn.core.checks import debug_checks
 from seqattn.core.dropout import dropout
-from seqattn.core.masks import dead_rows, revive_dead_rows
+from seqattn.core.masks import additive_mask, dead_rows, revive_dead_rows
 
 KERNELS = ("math", "sdpa", "linear", "edge")
 
@@ -78,6 +79,12 @@ def math_attention(
     return out, weights  # [B, H, L, E], [B, H, L, S]
 
 
+def takes_cpu_dropout(q: torch.Tensor, dropout_p: float) -> bool:
+    """Whether a training call with attention-weight dropout ``dropout_p`` goes through
+    :func:`cpu_dropout_attention` (CPU, dropout on, ``fast_dropout`` on) rather than SDPA's own dropout."""
+    return dropout_p > 0.0 and q.device.type == "cpu" and fast_dropout.ENABLED
+
+
 def cpu_dropout_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -97,9 +104,8 @@ def cpu_dropout_attention(
     if attn_mask is not None:
         if bool(dead_rows(attn_mask).any()):  # rows with no key: the reference kernel keeps them finite
             return math_attention(q, k, v, attn_mask, dropout_p, scale)[0]
-        if attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
-                ~attn_mask, float("-inf"))  # [.., L|1, S]: added once instead of a masked_fill of the scores
+        if attn_mask.dtype == torch.bool:  # [.., L|1, S]: added once instead of a masked_fill of the scores
+            attn_mask = additive_mask(attn_mask, q.dtype)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # [B, H, L, S]
     if attn_mask is not None:

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from seqattn.core import dropout as fast_dropout
 from seqattn.core.checks import tracing
 from seqattn.core.fused import cpu_flash_available
-from seqattn.core.kernels import cpu_dropout_attention
+from seqattn.core.kernels import cpu_dropout_attention, takes_cpu_dropout
 from seqattn.core.masks import additive_mask
 
 
@@ -195,7 +194,7 @@ def varlen_attention_autograd(
             kb = k[:, :, :m].index_select(0, rows)
             vb = v[:, :, :m].index_select(0, rows)
         mask = None if causal else bucket.key_mask
-        if dropout_p > 0.0 and not causal and q.device.type == "cpu" and fast_dropout.ENABLED:
+        if takes_cpu_dropout(q, dropout_p) and not causal:
             # CPU training: the cheap dropout masks, not SDPA's math path with bernoulli draws
             piece = cpu_dropout_attention(qb, kb, vb, mask, dropout_p, scale)  # [n, H, m, E]
         else:
@@ -217,12 +216,7 @@ class PackedLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, rows, weight, bias, fill_bias: bool):
-        y = F.linear(x.index_select(0, rows), weight, bias)  # [N, O] (in autocast's dtype under autocast)
-        if fill_bias and bias is not None:
-            full = bias.to(y.dtype).expand(x.shape[0], weight.shape[0]).clone()
-        else:
-            full = y.new_zeros(x.shape[0], weight.shape[0])
-        full.index_copy_(0, rows, y)
+        full = _packed_linear(x, rows, weight, bias, fill_bias)
         ctx.save_for_backward(x, rows, weight)
         ctx.fill_bias, ctx.has_bias = fill_bias, bias is not None
         return full
@@ -242,12 +236,18 @@ class PackedLinear(torch.autograd.Function):
         return dx, None, dw, db, None
 
 
+def _packed_linear(x: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   fill_bias: bool) -> torch.Tensor:
+    """:class:`PackedLinear`'s arithmetic: gather, linear, and a scatter in place into one fresh ``[R, O]``."""
+    y = F.linear(x.index_select(0, rows), weight, bias)  # [N, O] (in autocast's dtype under autocast)
+    full = (bias.to(y.dtype).expand(x.shape[0], weight.shape[0]).clone() if fill_bias and bias is not None
+            else y.new_zeros(x.shape[0], weight.shape[0]))
+    return full.index_copy_(0, rows, y)
+
+
 def packed_linear(x: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   fill_bias: bool = False) -> torch.Tensor:
-    """:class:`PackedLinear` (under tracing or compile: the same arithmetic by gather, linear and scatter)."""
+    """:class:`PackedLinear` (under tracing or compile: the same arithmetic through autograd)."""
     if tracing():
-        y = F.linear(x.index_select(0, rows), weight, bias)
-        full = (bias.to(y.dtype).expand(x.shape[0], weight.shape[0]).clone() if fill_bias and bias is not None
-                else y.new_zeros(x.shape[0], weight.shape[0]))
-        return full.index_copy(0, rows, y)
+        return _packed_linear(x, rows, weight, bias, fill_bias)
     return PackedLinear.apply(x, rows, weight, bias, fill_bias)

@@ -106,9 +106,9 @@ class TimeBudget(L.Callback):
         # runs after the epoch's validation (Lightning 2): the time per epoch includes it
         done, now = int(trainer.current_epoch) + 1, time.monotonic()
         here = done - self._first_epoch  # this process's epochs
-        if here == 1 or self._first_end is None:
+        if self._first_end is None:  # this process's first epoch
             self._first_end = now
-            per_epoch = (now - self._start) / here
+            per_epoch = now - self._start
         else:  # the epochs after this process's first: its one-time costs (caches, a GPU's first shapes) do not recur
             per_epoch = (now - self._first_end) / (here - 1)
         self._decide(trainer, per_epoch, done=done, remaining=self.seconds - self._elapsed())
