@@ -37,6 +37,11 @@ DENSE_MIN_FILL = 0.15
 #: README numbers would need re-measuring first. ``model.dense_min_fill=0.06`` applies it.
 MEASURED_CROSSOVER_FILL = 0.06
 
+#: a batch whose attention needs less than this is not checked against the free memory: reading it (CPU:
+#: /proc/meminfo) cost ~0.1 ms per batch, ~1 % of a molecule training step, to guard against a shortage that
+#: would already have stopped the run elsewhere
+FREE_MEMORY_CHECK_FROM = 64 * 2**20
+
 
 def estimate_attention_bytes(path: str, batch: int, nodes: int, edges: int, heads: int, dim: int,
                              element_size: int = 4, edge_dim: int = 0) -> int:
@@ -93,7 +98,8 @@ def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, 
     ``auto``: dense when the edges fill at least ``dense_min_fill`` of the ``B·N²`` pairs and it fits
     ``max_dense_bytes`` (the measured crossover of the two paths' costs: :data:`MEASURED_CROSSOVER_FILL`).
     ``path="dense"`` above ``max_dense_bytes`` and any path above the device's free memory raise
-    ``ValueError`` with the estimate (before anything is allocated).
+    ``ValueError`` with the estimate (before anything is allocated); the free memory is read for estimates of
+    at least :data:`FREE_MEMORY_CHECK_FROM` bytes.
     """
     check_graph_path(path)
     device = torch.device("cpu") if device is None else device
@@ -112,7 +118,7 @@ def choose_graph_path(batch: int, nodes: int, edges: int, heads: int, dim: int, 
         fill = edges / max(1, batch * nodes * nodes)
         chosen = "dense" if dense_bytes <= max_dense_bytes and fill >= dense_min_fill else "edge"
         need = dense_bytes if chosen == "dense" else edge_bytes
-    free = available_memory_bytes(device)
+    free = available_memory_bytes(device) if need >= FREE_MEMORY_CHECK_FROM else None
     if free is not None and need > free:
         raise ValueError(
             f"graph attention ({chosen} path) needs about {_gib(need)} per layer for {batch} graph(s), {nodes} "

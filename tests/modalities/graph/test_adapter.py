@@ -283,9 +283,15 @@ def test_dense_memory_estimate_error_before_allocating(monkeypatch):
     # 100k nodes and 1M edges as one dense block would need terabytes: auto goes to the edge kernel
     assert choose_graph_path(1, 100_000, 1_100_000, heads=4, dim=64) == "edge"
     # a graph whose attention cannot fit the free memory is refused before the allocation
+    # (small batches are not checked: reading the free memory at every step cost ~1 % of a molecule step)
     monkeypatch.setattr(graph_cost, "available_memory_bytes", lambda device: 10_000)
+    _encoder(graph_path="edge")(tokens)
+    monkeypatch.setattr(graph_cost, "FREE_MEMORY_CHECK_FROM", 1_000)
     with pytest.raises(ValueError, match="is available on cpu"):
         _encoder(graph_path="edge")(tokens)
+    with pytest.raises(ValueError, match="is available on cpu"):  # a large graph: checked at the default
+        monkeypatch.setattr(graph_cost, "FREE_MEMORY_CHECK_FROM", 64 * 2**20)
+        choose_graph_path(1, 100_000, 1_100_000, heads=4, dim=64)
 
 
 def test_auto_prefers_edge_for_sparse_blocks_and_dense_for_full_ones():
