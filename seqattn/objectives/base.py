@@ -38,6 +38,16 @@ def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
 
 
+def _is_text(value: Any) -> bool:
+    """Whether ``value`` is a list or tuple of strings, or of lists / tuples of strings (sentences of words): data
+    with no tensor in it, which a move to a device leaves as it is."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return False
+    if all(type(item) is str for item in value):
+        return True
+    return all(isinstance(item, (list, tuple)) and all(type(w) is str for w in item) for item in value)
+
+
 def _no_graph_capture_check() -> None:
     """Stands in for an optimizer's CUDA-graph capture check when it updates CPU tensors only."""
 
@@ -129,6 +139,18 @@ class Objective(L.LightningModule):
             params["data"] = self.spec.describe()
         for logger in self.loggers:
             logger.log_hyperparams(params)
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Lightning's move of the batch to ``device``, with a dict batch's text (:func:`_is_text`: the words of its
+        sentences, its example ids) passed through as it is: Lightning's walk visits every string with its
+        collection checks, 1.65 ms per LinES batch of 64 sentences (~3 % of a training step)."""
+        if isinstance(batch, dict):
+            text = {key for key, value in batch.items() if _is_text(value)}
+            if text:
+                moved = super().transfer_batch_to_device({k: v for k, v in batch.items() if k not in text}, device,
+                                                         dataloader_idx)
+                return {key: batch[key] if key in text else moved[key] for key in batch}
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.run_config is not None:
