@@ -38,7 +38,6 @@ values and gradients).
 from __future__ import annotations
 
 import warnings
-import weakref
 
 import torch
 from torch import nn
@@ -46,10 +45,15 @@ from torch import nn
 from seqattn.core.dropout import Dropout, dropout
 from seqattn.core.graph_cost import GRAPH_PATHS
 from seqattn.core.propagation import gcn_operator
+from seqattn.core.structure_cache import TensorMemo
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets, replace_rows
 from seqattn.modalities.graph.positional import GRAPH_POSITIONALS
 
+
+
+#: the k-hop edges of the last few graphs (a full-graph run's training and evaluation items)
+K_HOP_EDGES = TensorMemo()
 
 
 def k_hop_edges(edge_index: torch.Tensor, mask: torch.Tensor, hops: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -132,30 +136,27 @@ SPARSE_FEATURES_BELOW = 0.1
 SPARSE_FEATURES_MIN = 2**20
 
 
-_ENTRIES: list = []  # the last features' (weak reference, version, layout, entries): see sparse_entries
+#: the non-zeros of the last few feature matrices (see sparse_entries)
+SPARSE_ENTRIES = TensorMemo()
 
 
 def sparse_entries(x: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(indices [nnz, 2], values [nnz])`` of the non-zeros of ``flat [B·N, F]`` (a view of ``x``), or
     ``(None, None)`` when at least :data:`SPARSE_FEATURES_BELOW` of it is non-zero.
 
-    Remembered for the last ``x`` (the same tensor object, unchanged since: its version counter): a full-graph
-    run feeds the same feature matrix every step, and finding its non-zeros costs more than the sparse product
-    saves (Cora: ~10 ms per forward on this CPU). A weak reference, so a freed tensor is never matched by
-    another one at its address."""
+    Remembered for the same ``x`` (:data:`SPARSE_ENTRIES`, :class:`~seqattn.core.structure_cache.TensorMemo`: the
+    same tensor object, unchanged since): a full-graph run feeds the same feature matrix every step (its
+    training and evaluation items each their own), and finding its non-zeros costs more than the sparse product
+    saves (Cora: ~10 ms per forward on this CPU)."""
     layout = (tuple(x.shape), x.stride(), x.dtype, x.device)
-    cacheable = not x.is_inference()
-    if cacheable and _ENTRIES:
-        ref, version, known, entries = _ENTRIES[0]
-        if ref() is x and version == x._version and known == layout:
-            return entries
-    nonzero = torch.nonzero(flat)  # [nnz, 2]
-    entries = (None, None)
-    if nonzero.shape[0] < SPARSE_FEATURES_BELOW * flat.numel():
-        entries = (nonzero, flat[nonzero[:, 0], nonzero[:, 1]])
-    if cacheable:
-        _ENTRIES[:] = [(weakref.ref(x), x._version, layout, entries)]
-    return entries
+
+    def find() -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        nonzero = torch.nonzero(flat)  # [nnz, 2]
+        if nonzero.shape[0] < SPARSE_FEATURES_BELOW * flat.numel():
+            return nonzero, flat[nonzero[:, 0], nonzero[:, 1]]
+        return None, None
+
+    return SPARSE_ENTRIES((x,), layout, find)
 
 
 def project_smoothed(x: torch.Tensor, mask: torch.Tensor, edge_index: torch.Tensor, steps: int,
@@ -440,7 +441,9 @@ class GraphAdapter(AdapterBase):
             node_position = self.pe_proj(pe)
         h = self._node_vectors(x, mask, edge_index, node_position)  # [B, N, D]
 
-        edges, distance, position = k_hop_edges(edge_index, mask, self.hops)  # [2, E'], [E'], [E]
+        # the same graph at every forward of a full-graph run: computed once (K_HOP_EDGES)
+        edges, distance, position = K_HOP_EDGES((edge_index, mask), self.hops,
+                                                lambda: k_hop_edges(edge_index, mask, self.hops))  # [2, E'], [E'], [E]
         bias = None  # [E', H]
         if self.distance is not None:
             bias = self.distance(distance)  # [E', H]
