@@ -318,3 +318,28 @@ def test_character_features_by_length_groups_equal_one_padded_width_with_gradien
         torch.testing.assert_close(p.grad, g)
     with pytest.raises(ValueError, match="end at row"):
         encoder.features(char_ids, groups[:-1])
+
+
+def test_character_features_pool_like_max_over_the_word_values_and_gradients():
+    """The max-pool over a word's positions: max(dim=1)'s values and gradients (one position per channel), for
+    words of several widths and a row of padding only."""
+    from seqattn.modalities.text.chars import CharEncoder
+    import torch.nn.functional as F
+
+    torch.manual_seed(3)
+    encoder = CharEncoder(build_char_vocabulary("abcdefgh"), dim=6)
+    char_ids = torch.randint(4, len(encoder.chars), (5, 7))
+    char_ids[1, 3:] = 0
+    char_ids[2, 1:] = 0
+    char_ids[4] = 0  # padding only
+    probe = torch.randn(5, 6)
+    ours = encoder.features(char_ids)
+    grads = torch.autograd.grad((ours * probe).sum(), (encoder.conv.weight, encoder.embedding.weight))
+    real = char_ids != 0
+    h = F.relu(encoder.conv(encoder.embedding(char_ids).transpose(1, 2)).transpose(1, 2))
+    ref = (h * real[:, :, None]).max(dim=1).values
+    ref_grads = torch.autograd.grad((ref * probe).sum(), (encoder.conv.weight, encoder.embedding.weight))
+    torch.testing.assert_close(ours, ref)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r)
+    assert ours[4].abs().sum() == 0 and encoder.features(char_ids[:0]).shape == (0, 6)
