@@ -3,9 +3,10 @@
 A full-graph run (Cora, karate: the whole graph is the batch) hands the same feature matrix, mask and edge
 list to every forward, and the training and the evaluation items each keep theirs from epoch to epoch. What a
 forward derives from them alone (the k-hop edges, the normalised adjacency and its CSR matrices, the non-zeros of
-sparse features) was computed again at every forward: on Cora ~25 ms of a ~95 ms training step
-(``k_hop_edges`` 3 ms, ``gcn_operator`` with its matrices 1.4 ms twice, the features' non-zeros ~10 ms, per
-forward; two forwards a step with the consistency loss, one per validation).
+sparse features) was computed again at every forward: on Cora ``k_hop_edges`` 3 ms, ``gcn_operator`` with its
+matrices 1.4 ms twice and the features' non-zeros ~10 ms per forward (two forwards a training step with the
+consistency loss, one per validation); 20 epochs of ``experiment=citation_graph`` took 3.1 s of fit before, 2.2 s
+with the memo, the same validation loss.
 
 A :class:`TensorMemo` keys an entry by the tensor objects themselves (weak references: a freed tensor is never
 matched by another one at its address) and their version counters (an in-place change is a miss), plus

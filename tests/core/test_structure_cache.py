@@ -67,6 +67,14 @@ def _graph(n=30, e=70, seed=1):
     return x, torch.ones(1, n, dtype=torch.bool), edge_index
 
 
+def _clear_memos():
+    from seqattn.core import propagation
+    from seqattn.modalities.graph import adapter as graph_adapter
+
+    for memo in (graph_adapter.K_HOP_EDGES, propagation.GCN_OPERATORS, graph_adapter.SPARSE_ENTRIES):
+        memo.clear()
+
+
 def _forward(adapter, encoder, x, mask, edge_index):
     return encoder(adapter(x, mask, edge_index))
 
@@ -88,14 +96,12 @@ def test_a_full_graph_forward_derives_its_structure_once_with_the_same_outputs(m
     again = _forward(adapter, encoder, x, mask, edge_index)
     assert counts == seen  # nothing derived again
     torch.testing.assert_close(again, first, rtol=0, atol=0)
-    for memo in (graph_adapter.K_HOP_EDGES, propagation.GCN_OPERATORS, graph_adapter.SPARSE_ENTRIES):
-        memo.clear()
+    _clear_memos()
     torch.testing.assert_close(_forward(adapter, encoder, x, mask, edge_index), first, rtol=0, atol=0)
     # an edge changed in place: derived anew, as a fresh model computes it
     edge_index[0, :5] = (edge_index[0, :5] + 7) % x.shape[1]
     changed = _forward(adapter, encoder, x, mask, edge_index)
-    for memo in (graph_adapter.K_HOP_EDGES, propagation.GCN_OPERATORS, graph_adapter.SPARSE_ENTRIES):
-        memo.clear()
+    _clear_memos()
     torch.testing.assert_close(changed, _forward(adapter, encoder, x, mask, edge_index), rtol=0, atol=0)
     assert not torch.equal(changed, first)
 

@@ -289,8 +289,8 @@ def test_dense_memory_estimate_error_before_allocating(monkeypatch):
     monkeypatch.setattr(graph_cost, "FREE_MEMORY_CHECK_FROM", 1_000)
     with pytest.raises(ValueError, match="is available on cpu"):
         _encoder(graph_path="edge")(tokens)
+    monkeypatch.setattr(graph_cost, "FREE_MEMORY_CHECK_FROM", 64 * 2**20)
     with pytest.raises(ValueError, match="is available on cpu"):  # a large graph: checked at the default
-        monkeypatch.setattr(graph_cost, "FREE_MEMORY_CHECK_FROM", 64 * 2**20)
         choose_graph_path(1, 100_000, 1_100_000, heads=4, dim=64)
 
 

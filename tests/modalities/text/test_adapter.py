@@ -321,8 +321,8 @@ def test_character_features_by_length_groups_equal_one_padded_width_with_gradien
 
 
 def test_character_features_pool_like_max_over_the_word_values_and_gradients():
-    """The max-pool over a word's positions: max(dim=1)'s values and gradients (one position per channel), for
-    words of several widths and a row of padding only."""
+    """The character features (channels-last convolution, max over the real positions) equal the plain conv1d +
+    ReLU + masked max(dim=1), values and gradients, for words of several widths and a row of padding only."""
     from seqattn.modalities.text.chars import CharEncoder
     import torch.nn.functional as F
 
