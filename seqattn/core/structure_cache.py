@@ -28,7 +28,8 @@ V = TypeVar("V")
 
 class TensorMemo:
     """``memo(tensors, params, compute)``: ``compute()``'s result, remembered for the same ``tensors`` (objects,
-    unchanged since) and ``params``; the ``size`` most recently used entries are kept."""
+    unchanged since) and ``params``; the ``size`` most recently used entries are kept, and none whose tensors were
+    freed (a miss drops them)."""
 
     def __init__(self, size: int = 4) -> None:
         if size < 1:
@@ -50,6 +51,8 @@ class TensorMemo:
                 return value
         self.misses += 1
         value = compute()
+        # entries of freed tensors can never hit again: dropped, so their results (a graph's CSR matrices) go too
+        self._entries = [entry for entry in self._entries if all(ref() is not None for ref, _ in entry[0])]
         self._entries.insert(0, (tuple((weakref.ref(t), t._version) for t in tensors), params, value))
         del self._entries[self.size:]
         return value

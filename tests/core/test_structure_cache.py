@@ -50,6 +50,18 @@ def test_a_freed_tensor_is_never_matched_by_a_new_one_at_its_address():
     assert all(memo((f,), None, lambda: "new") == "new" for f in fresh)
 
 
+def test_the_results_of_freed_tensors_are_let_go():
+    memo = TensorMemo()
+    kept, gone = torch.arange(5), torch.arange(7)
+    memo((kept,), None, lambda: "kept")
+    memo((gone,), None, lambda: "gone")
+    del gone
+    gc.collect()
+    memo((torch.arange(3),), None, lambda: "other")  # a miss drops the entry of the freed tensor
+    assert [value for _, _, value in memo._entries] == ["other", "kept"]
+    assert memo((kept,), None, lambda: "again") == "kept"
+
+
 def _full_graph_model():
     from seqattn.core.encoder import Encoder
     from seqattn.modalities.graph.adapter import GraphAdapter
