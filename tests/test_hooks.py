@@ -17,7 +17,7 @@ from seqattn.model.protocols import (ADAPTER_HOOKS, HEAD_HOOKS, AdapterBase, Tra
 from seqattn.objectives import SequenceClassification, SequenceLabeling
 from seqattn.objectives.distill import Distillation
 from tests.objectives.test_labeling import NET
-from tests.test_layout import PACKAGE
+from tests.test_layout import PACKAGE, planted_file
 
 #: hook names a probe must not look up: the parts' hooks and what a trained model declares
 HOOKS = set(ADAPTER_HOOKS) | set(HEAD_HOOKS) | set(TrainedModel.__annotations__)
@@ -25,13 +25,13 @@ READERS = sorted([*(PACKAGE / "objectives").glob("*.py"), *(PACKAGE / "viz").glo
                   *(PACKAGE / "modalities").glob("*/viz.py"), PACKAGE / "training" / "distill.py"])
 
 
-def probes(path) -> list[str]:
-    """``getattr`` / ``hasattr`` calls of a file that look up a declared hook by name."""
+def probes(path, package=PACKAGE) -> list[str]:
+    """``getattr`` / ``hasattr`` calls of a file (under ``package``) that look up a declared hook by name."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
                 and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in HOOKS):
-            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
+            found.append(f"{path.relative_to(package)}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
     return found
 
 
@@ -41,12 +41,9 @@ def test_objectives_and_figures_read_hooks_through_the_declarations(path):
 
 
 def test_the_probe_finder_sees_a_planted_probe(tmp_path):
-    planted = PACKAGE / "viz" / "_planted_probe.py"
-    planted.write_text("def f(model):\n    return getattr(model, 'confusion_matrix', None)\n")
-    try:
-        assert probes(planted) == ["viz/_planted_probe.py:2 getattr(..., 'confusion_matrix')"]
-    finally:
-        planted.unlink()
+    package, planted = planted_file(tmp_path, "viz/_planted_probe.py",
+                                    "def f(model):\n    return getattr(model, 'confusion_matrix', None)\n")
+    assert probes(planted, package) == ["viz/_planted_probe.py:2 getattr(..., 'confusion_matrix')"]
 
 
 def test_the_declared_defaults():

@@ -176,36 +176,34 @@ def test_the_import_graph_has_no_circle():
     assert import_cycles() == []
 
 
-def test_the_walk_catches_a_planted_cross_modality_import():
+def planted_file(tmp_path: Path, relative: str, source: str) -> tuple[Path, Path]:
+    """``(package, file)``: ``source`` written at ``relative`` in a scratch ``seqattn`` tree under ``tmp_path``.
+    Planted files never go into the installed package: other tests (run at the same time under xdist) walk it."""
+    package = tmp_path / "seqattn"
+    path = package / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return package, path
+
+
+def test_the_walk_catches_a_planted_cross_modality_import(tmp_path):
     """The rules are real: a text module importing the audio modality (or an objective) is reported."""
-    planted = PACKAGE / "modalities" / "text" / "_planted_violation.py"
-    planted.write_text("from seqattn.modalities.audio import features\nfrom seqattn.objectives import base\n")
-    try:
-        found = rule_violations(planted)
-    finally:
-        planted.unlink()
+    package, planted = planted_file(tmp_path, "modalities/text/_planted_violation.py",
+                                    "from seqattn.modalities.audio import features\nfrom seqattn.objectives import base\n")
+    found = rule_violations(planted, package)
     assert any("seqattn.modalities.audio" in v for v in found) and any("seqattn.objectives" in v for v in found)
-    core = PACKAGE / "core" / "_planted_violation.py"
-    core.write_text("import seqattn.model.heads\n")
-    try:
-        assert rule_violations(core) == ["seqattn.core._planted_violation imports seqattn.model.heads: the core "
-                                         "imports nothing else of seqattn"]
-    finally:
-        core.unlink()
+    package, core = planted_file(tmp_path, "core/_planted_violation.py", "import seqattn.model.heads\n")
+    assert rule_violations(core, package) == ["seqattn.core._planted_violation imports seqattn.model.heads: the core "
+                                              "imports nothing else of seqattn"]
 
 
 @pytest.mark.parametrize("source", ["from seqattn.run import train", "from seqattn.bench import measure",
                                     "import seqattn.model.heads", "from seqattn.training import callbacks"])
-def test_the_walk_catches_a_modality_importing_upwards(source):
+def test_the_walk_catches_a_modality_importing_upwards(source, tmp_path):
     """An arrow back up (a modality running a recipe, timing model internals, using an entry point) is reported,
     whatever the file is called (there is no bench.py exception)."""
-    planted = PACKAGE / "modalities" / "graph" / "bench.py"
-    assert not planted.exists()
-    planted.write_text(f"def f():\n    {source}\n")
-    try:
-        found = rule_violations(planted)
-    finally:
-        planted.unlink()
+    package, planted = planted_file(tmp_path, "modalities/graph/bench.py", f"def f():\n    {source}\n")
+    found = rule_violations(planted, package)
     assert found and all("a modality imports core, model.protocols, datakit, labels and viz only" in v for v in found)
 
 
