@@ -17,7 +17,7 @@ from seqattn.model.protocols import (ADAPTER_HOOKS, HEAD_HOOKS, AdapterBase, Tra
 from seqattn.objectives import SequenceClassification, SequenceLabeling
 from seqattn.objectives.distill import Distillation
 from tests.objectives.test_labeling import NET
-from tests.test_layout import PACKAGE, planted_file
+from tests.test_layout import PACKAGE, planted_tree
 
 #: hook names a probe must not look up: the parts' hooks and what a trained model declares
 HOOKS = set(ADAPTER_HOOKS) | set(HEAD_HOOKS) | set(TrainedModel.__annotations__)
@@ -41,9 +41,9 @@ def test_objectives_and_figures_read_hooks_through_the_declarations(path):
 
 
 def test_the_probe_finder_sees_a_planted_probe(tmp_path):
-    package, planted = planted_file(tmp_path, "viz/_planted_probe.py",
-                                    "def f(model):\n    return getattr(model, 'confusion_matrix', None)\n")
-    assert probes(planted, package) == ["viz/_planted_probe.py:2 getattr(..., 'confusion_matrix')"]
+    planted = "viz/_planted_probe.py"
+    package = planted_tree(tmp_path, {planted: "def f(model):\n    return getattr(model, 'confusion_matrix', None)\n"})
+    assert probes(package / planted, package) == [f"{planted}:2 getattr(..., 'confusion_matrix')"]
 
 
 def test_the_declared_defaults():

@@ -176,25 +176,27 @@ def test_the_import_graph_has_no_circle():
     assert import_cycles() == []
 
 
-def planted_file(tmp_path: Path, relative: str, source: str) -> tuple[Path, Path]:
-    """``(package, file)``: ``source`` written at ``relative`` in a scratch ``seqattn`` tree under ``tmp_path``.
+def planted_tree(tmp_path: Path, sources: dict[str, str]) -> Path:
+    """A scratch ``seqattn`` package under ``tmp_path`` with each ``{relative path: source}`` written in it.
     Planted files never go into the installed package: other tests (run at the same time under xdist) walk it."""
     package = tmp_path / "seqattn"
-    path = package / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source)
-    return package, path
+    for relative, source in sources.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return package
 
 
 def test_the_walk_catches_a_planted_cross_modality_import(tmp_path):
     """The rules are real: a text module importing the audio modality (or an objective) is reported."""
-    package, planted = planted_file(tmp_path, "modalities/text/_planted_violation.py",
-                                    "from seqattn.modalities.audio import features\nfrom seqattn.objectives import base\n")
-    found = rule_violations(planted, package)
+    package = planted_tree(tmp_path, {
+        "modalities/text/_planted_violation.py": "from seqattn.modalities.audio import features\n"
+                                                 "from seqattn.objectives import base\n",
+        "core/_planted_violation.py": "import seqattn.model.heads\n"})
+    found = rule_violations(package / "modalities/text/_planted_violation.py", package)
     assert any("seqattn.modalities.audio" in v for v in found) and any("seqattn.objectives" in v for v in found)
-    package, core = planted_file(tmp_path, "core/_planted_violation.py", "import seqattn.model.heads\n")
-    assert rule_violations(core, package) == ["seqattn.core._planted_violation imports seqattn.model.heads: the core "
-                                              "imports nothing else of seqattn"]
+    assert rule_violations(package / "core/_planted_violation.py", package) == [
+        "seqattn.core._planted_violation imports seqattn.model.heads: the core imports nothing else of seqattn"]
 
 
 @pytest.mark.parametrize("source", ["from seqattn.run import train", "from seqattn.bench import measure",
@@ -202,21 +204,18 @@ def test_the_walk_catches_a_planted_cross_modality_import(tmp_path):
 def test_the_walk_catches_a_modality_importing_upwards(source, tmp_path):
     """An arrow back up (a modality running a recipe, timing model internals, using an entry point) is reported,
     whatever the file is called (there is no bench.py exception)."""
-    package, planted = planted_file(tmp_path, "modalities/graph/bench.py", f"def f():\n    {source}\n")
-    found = rule_violations(planted, package)
+    package = planted_tree(tmp_path, {"modalities/graph/bench.py": f"def f():\n    {source}\n"})
+    found = rule_violations(package / "modalities/graph/bench.py", package)
     assert found and all("a modality imports core, model.protocols, datakit, labels and viz only" in v for v in found)
 
 
 def test_a_bench_module_names_only_its_own_modality(tmp_path):
     """``bench/graph.py`` may import the graph modality; ``bench/core.py`` or a graph suite importing audio may not."""
-    package = tmp_path / "seqattn"
-    for folder in ("modalities/graph", "modalities/audio", "bench"):
-        (package / folder).mkdir(parents=True)
-        (package / folder / "__init__.py").write_text("")
-    (package / "bench" / "graph.py").write_text("from seqattn.modalities.graph import adapter\n")
-    (package / "bench" / "core.py").write_text("from seqattn.modalities.graph import adapter\n")
-    (package / "bench" / "audio2.py").write_text("import seqattn.modalities\n"
-                                                 "from seqattn.modalities.audio import viz\n")
+    package = planted_tree(tmp_path, {
+        **{f"{folder}/__init__.py": "" for folder in ("modalities/graph", "modalities/audio", "bench")},
+        "bench/graph.py": "from seqattn.modalities.graph import adapter\n",
+        "bench/core.py": "from seqattn.modalities.graph import adapter\n",
+        "bench/audio2.py": "import seqattn.modalities\nfrom seqattn.modalities.audio import viz\n"})
     assert rule_violations(package / "bench" / "graph.py", package) == []
     why = "only a modality's own folder (and its bench/<m>.py suite) names it"
     for module, named in (("core", "seqattn.modalities.graph"), ("audio2", "seqattn.modalities.audio")):
@@ -226,13 +225,12 @@ def test_a_bench_module_names_only_its_own_modality(tmp_path):
 
 def test_the_cycle_check_catches_a_planted_circle(tmp_path):
     """A circle through lazy imports, the one ``bench/core.py`` and ``bench/structure.py`` used to form."""
-    package = tmp_path / "seqattn"
-    (package / "bench").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "bench" / "__init__.py").write_text("def main():\n    from seqattn.bench.core import run\n")
-    (package / "bench" / "core.py").write_text("def run():\n    from seqattn.bench import structure\n")
-    (package / "bench" / "structure.py").write_text("def step():\n    from seqattn.bench import core as bench_core\n")
-    (package / "bench" / "measure.py").write_text("import json\n")
+    package = planted_tree(tmp_path, {
+        "__init__.py": "",
+        "bench/__init__.py": "def main():\n    from seqattn.bench.core import run\n",
+        "bench/core.py": "def run():\n    from seqattn.bench import structure\n",
+        "bench/structure.py": "def step():\n    from seqattn.bench import core as bench_core\n",
+        "bench/measure.py": "import json\n"})
     assert import_cycles(package) == [["seqattn.bench.core", "seqattn.bench.structure"]]
     (package / "bench" / "structure.py").write_text("from seqattn.bench import measure\n")
     assert import_cycles(package) == []
