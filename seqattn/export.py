@@ -111,6 +111,15 @@ def describe_export(model: nn.Module, datamodule: Any, names: Sequence[str], inp
     per_token = bool(net.head.per_token)
     labels = list(model.labels) if getattr(model, "labels", None) else None
     external = output.with_name(output.name + ".data")
+    crf = getattr(model, "crf", None)  # objective.crf=true: the prediction is a decoded sequence, not an argmax
+    reading = ("; the class of index c is labels[c]; the prediction is the best label sequence under `crf` "
+               "(Viterbi over the real positions), not each position's argmax" if crf is not None else
+               "; the class of index c is labels[c] (argmax = the prediction)")
+    extra = {} if crf is None else {"crf": {
+        "meaning": "a linear-chain CRF over logits: a label sequence y of a row's n real positions scores "
+                   "start[y_0] + sum_t logits[t, y_t] + sum_t transitions[y_(t-1)][y_t] + end[y_(n-1)]",
+        "transitions": crf.transitions.detach().cpu().tolist(),  # [from][to]
+        "start": crf.start.detach().cpu().tolist(), "end": crf.end.detach().cpu().tolist()}}
     return {
         "seqattn_version": seqattn.__version__,
         "task": config.get("task_name"),
@@ -126,12 +135,13 @@ def describe_export(model: nn.Module, datamodule: Any, names: Sequence[str], inp
             {"name": "logits", "dtype": "float32", "shape": ["B", "L", "C"] if per_token else ["B", "C"],
              "meaning": ("a score per output position and class" if per_token else
                          f"a score per class for the whole input (pooling: {head_pooling(net.head)})")
-                        + "; the class of index c is labels[c] (argmax = the prediction)"},
+                        + reading},
             {"name": "token_mask", "dtype": "bool", "shape": ["B", "L"],
              "meaning": "True on the output positions that are real (False on padding)"},
         ],
         "labels": labels,
         "preprocessing": {**datamodule.export_preprocessing(), **described.get("preprocessing", {})},
+        **extra,
     }
 
 

@@ -26,7 +26,7 @@ from seqattn.model.build import build_network
 from seqattn.objectives.predictions import Prediction
 
 #: parameter names that never get weight decay besides the 1-D ones (biases, norms, global tokens)
-NO_DECAY_NAMES = ("positional.weight", "pos_table", "distance.weight")
+NO_DECAY_NAMES = ("positional.weight", "pos_table", "distance.weight", "crf.transitions")
 
 
 def decays(name: str, param: torch.Tensor) -> bool:

@@ -18,6 +18,11 @@ the network ``consistency_views`` times (2 by default; each its own dropout draw
 views' cross-entropies plus ``consistency`` × the squared distance of each view's probabilities from their sharpened mean
 (``consistency_temperature``), over every real token, labeled or not (GRAND's regularisation: few labels).
 
+CRF (:mod:`seqattn.objectives.crf`, ``crf=True``, labeling only): the logits are a linear-chain CRF's emissions; the
+loss is ``−log p(gold sequence)`` per labelled token, validation / test / prediction decode the best sequence
+(Viterbi), the training metrics read each token's argmax (decoding every training batch would cost a pass over
+its length), and ``predict`` reports the CRF's marginals as the probabilities.
+
 Mixup (:mod:`seqattn.objectives.mixup`, ``mixup = α > 0``, classification only): each training batch is mixed
 with a permutation of itself on the adapter's tokens, and the loss weighs both items' labels by the mix.
 
@@ -40,6 +45,7 @@ from seqattn.labels import IGNORE_INDEX
 from seqattn.model.protocols import augmented_inputs
 from seqattn.objectives.base import Objective
 from seqattn.objectives.consistency import sharpened_consistency
+from seqattn.objectives.crf import LinearChainCRF
 from seqattn.objectives.distill import Distillation
 from seqattn.objectives.mixup import Mix, draw_mix
 from seqattn.objectives.predictions import Prediction
@@ -97,7 +103,8 @@ class SequenceLabeling(Objective):
     """Cross-entropy per token; token accuracy (micro) and macro-F1 over labeled tokens."""
 
     def __init__(self, *args, label_smoothing: float = 0.0, consistency: float = 0.0,
-                 consistency_temperature: float = 0.5, consistency_views: int = 2, **kwargs) -> None:
+                 consistency_temperature: float = 0.5, consistency_views: int = 2, crf: bool = False,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
@@ -112,6 +119,14 @@ class SequenceLabeling(Objective):
         self.consistency, self.consistency_temperature = float(consistency), float(consistency_temperature)
         #: views per training step when ``consistency > 0`` (GRAND's S; each one more forward and backward)
         self.consistency_views = consistency_views
+        if not isinstance(crf, bool):
+            raise ValueError(f"crf must be true or false, got {crf!r}")
+        if crf and (self.label_smoothing or self.consistency):
+            raise ValueError(f"crf=true scores whole label sequences; label_smoothing={self.label_smoothing} and "
+                             f"consistency={self.consistency} act on per-token probabilities: set them to 0")
+        #: a linear-chain CRF over the logits (module docstring), or None
+        self.crf = LinearChainCRF(self.num_classes) if crf else None
+        self._stage: str | None = None
         self.test_confusion = MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX)
         self.confusion_matrix: torch.Tensor | None = None  # [C, C] counts (row true, column predicted)
         names = tuple(self.spec.subsets) if self.spec is not None else ()
@@ -131,6 +146,9 @@ class SequenceLabeling(Objective):
     def set_distillation(self, distillation: Distillation | None) -> None:
         """Train against ``distillation``'s teacher as well as the labels (None: the labels only).
         ``ValueError`` when the teacher's label set differs from this model's."""
+        if distillation is not None and self.crf is not None:
+            raise ValueError("crf=true with a distillation teacher: the teacher's per-token probabilities do not "
+                             "match a sequence model; set objective.crf=false or leave distill.teacher unset")
         if distillation is not None:
             distillation.check_labels(self.labels, self.num_classes)
         self.distillation = distillation
@@ -148,7 +166,11 @@ class SequenceLabeling(Objective):
         self._subsets = batch.get("subsets") if stage == "test" else None
         self._groups = batch.get("groups") if stage == "test" else None
         self._labels_shape = tuple(batch["labels"].shape) if "labels" in batch else None
-        return super().model_step(batch, stage)
+        self._stage = stage
+        try:
+            return super().model_step(batch, stage)
+        finally:
+            self._stage = None
 
     def loss_weight(self, out: dict, batch: dict) -> int:
         """Labeled positions in the batch: the epoch loss is a mean over them, not over sequences."""
@@ -237,6 +259,8 @@ class SequenceLabeling(Objective):
         self._check(logits, labels)
         if not bool((labels != IGNORE_INDEX).any()):  # nothing labeled here: no gradient, not NaN
             return logits.sum() * 0.0
+        if self.crf is not None:
+            return self.crf.nll(logits, labels, self._token_mask(out, labels))
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.flatten(), ignore_index=IGNORE_INDEX,
                              label_smoothing=self.label_smoothing)
         if self.consistency and self.training:
@@ -271,11 +295,24 @@ class SequenceLabeling(Objective):
                      batch_size=int(mask.sum()))
         return torch.stack(ces).mean() + self.consistency * agree
 
+    @staticmethod
+    def _token_mask(out: dict, labels: torch.Tensor) -> torch.Tensor:
+        """The real tokens ``[B, L]``: the network's ``mask``, or every position when it gives none."""
+        mask = out.get("mask")
+        return torch.ones(labels.shape, dtype=torch.bool, device=labels.device) if mask is None else mask
+
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.crf is not None and self._stage != "train":  # the decoded sequence (training: the argmax)
+            preds = self.crf.decode(out["logits"], self._token_mask(out, batch["labels"]))
+            return preds.flatten(), batch["labels"].flatten()
         return out["logits"].argmax(-1).flatten(), batch["labels"].flatten()  # [B·L], [B·L]
 
     def predict_step(self, batch: dict, batch_idx: int) -> Prediction:
         out = self(batch)
+        if self.crf is not None:  # Viterbi labels, the CRF's marginals as the probabilities
+            mask = out["mask"]
+            return Prediction("labels", self.crf.decode(out["logits"], mask), self.crf.marginals(out["logits"], mask),
+                              mask, self.labels)
         probs = out["logits"].float().softmax(-1)  # [B, L, C]
         return Prediction("labels", probs.argmax(-1), probs, out["mask"], self.labels)
 
@@ -294,6 +331,9 @@ class SequenceClassification(SequenceLabeling):
 
     def __init__(self, *args, mixup: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if self.crf is not None:
+            raise ValueError("crf=true scores label sequences (SequenceLabeling); a sequence label has no "
+                             "neighbouring labels, set crf=false")
         if self.consistency:
             raise ValueError(f"consistency={self.consistency}: the two-view consistency is per token "
                              "(SequenceLabeling); a sequence label has no unlabeled tokens to reach, set consistency=0")
