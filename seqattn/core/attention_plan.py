@@ -130,7 +130,8 @@ class AttentionPlan:
                scale: float | None = None, need_weights: bool = False, items: Sequence[int] | None = None,
                edge_key: torch.Tensor | None = None,
                edge_value: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+               bias: torch.Tensor | None = None,
+               drop_keys: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``q [B, H, L, D]``, ``k [B, H, S, D]``, ``v [B, H, S, E]`` -> ``(out [B, H, L, E], weights | None)``.
 
         ``need_weights``: also the exact weights ``[B', H, L, S]`` (no gradient) of this layer, for
@@ -142,6 +143,9 @@ class AttentionPlan:
         position bias, :class:`~seqattn.core.positional.RelativePositionBias`), added to this plan's
         :meth:`reference_mask`; every path but ``edge``, ``linear``, ``biased`` and ``flex`` then runs
         the fused kernel with that one dense float mask (its gradient reaches ``bias``).
+        ``drop_keys``: ``dropout_p`` drops keys before the softmax instead of weights after it (DropKey, each
+        query its own draw, a token always keeping itself), as one dense mask on the fused kernel: the dense
+        paths only (not ``edge``, ``linear``, ``biased``, ``flex``, nor with edge features).
         """
         if (edge_key is not None or edge_value is not None) and self.path not in ("math", "edge"):
             raise ValueError(f"per-pair key / value offsets need the 'math' or 'edge' path, not {self.path!r}")
@@ -151,10 +155,20 @@ class AttentionPlan:
                                  f"varlen) without edge features, not {self.path!r}")
             if bias.dim() != 4 or bias.shape[-2:] != (q.shape[-2], k.shape[-2]):
                 raise ValueError(f"bias must be [B|1, H|1, L={q.shape[-2]}, S={k.shape[-2]}], got {tuple(bias.shape)}")
+        if drop_keys and dropout_p > 0.0:
+            if self.path in ("edge", "linear", "biased", "flex") or edge_key is not None or edge_value is not None:
+                raise ValueError(f"key dropout (attn_dropout_mode=keys) needs a dense path without edge features, "
+                                 f"not {self.path!r}: use attn_dropout_mode=weights here")
+            out, weights, lse = self._dense_dropped_keys(q, k, v, dropout_p, scale, need_weights, bias)
+        elif bias is not None:
             out, weights, lse = self._dense_biased(q, k, v, dropout_p, scale, need_weights, bias)
         else:
             out, weights, lse = KERNEL_OF_PATH[self.path](self, q, k, v, dropout_p, scale, need_weights, edge_key,
                                                           edge_value)
+        return self._finish(out, weights, lse, q, k, scale, need_weights, items)
+
+    def _finish(self, out, weights, lse, q, k, scale, need_weights, items):
+        """Zero the dead rows; the weights of the ``items`` asked, when asked."""
         if self.dead is not None:
             out = out.masked_fill(self.dead, 0.0)
         if not need_weights:
@@ -179,6 +193,27 @@ class AttentionPlan:
             out, weights = math_attention(q, k, v, mask, dropout_p, scale)
             return out, (weights.detach() if need_weights else None), None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale), None, None
+
+    def _dense_dropped_keys(self, q, k, v, dropout_p, scale, need_weights, bias):
+        """DropKey: this plan's dense mask AND a fresh ``[B, H, L, S]`` draw keeping each key with probability
+        ``1 - dropout_p`` (the diagonal always kept when ``L == S``), plus ``bias``; the fused kernel, or math
+        for weights. Rows left without a key (the plan's dead rows; padded queries the draw emptied) give zeros."""
+        b, h, length, s = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        keep = torch.rand((b, h, length, s), device=q.device) >= dropout_p
+        if length == s:
+            keep |= torch.eye(length, dtype=torch.bool, device=q.device)
+        ref = self.reference_mask()
+        if ref is not None:  # a float mask is filled where keys drop: its full shape first
+            ref = ref.to(q.device) if ref.dtype == torch.bool else ref.to(q.device).expand(b, h, length, s)
+        mask = combine_masks(ref, keep)
+        if bias is not None:
+            mask = combine_masks(mask, bias.to(q.dtype).expand(b, h, length, s))
+        dead = dead_rows(mask)  # [B, H, L, 1]: the plan's dead rows, and padded queries left without a key
+        mask = revive_dead_rows(mask, dead)
+        if need_weights or self.path == "math":
+            out, weights = math_attention(q, k, v, mask, 0.0, scale)
+            return out.masked_fill(dead, 0.0), (weights.masked_fill(dead, 0.0).detach() if need_weights else None), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).masked_fill(dead, 0.0), None, None
 
     def _differentiable_mask(self) -> torch.Tensor:
         dense = edges_to_dense(self.edge_index, self.edge_bias, self.batch, self.length, self.heads,

@@ -92,6 +92,7 @@ class EncoderLayer(nn.Module):
         attn_scale: float | None = None,
         conv_kernel: int = 0,
         global_attention: float = 0.0,
+        attn_dropout_mode: str = "weights",
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
@@ -101,7 +102,7 @@ class EncoderLayer(nn.Module):
         self.norm_conv = nn.LayerNorm(dim) if conv_kernel else None
         self.drop_conv = Dropout(dropout) if conv_kernel else None
         self.attn = MultiHeadAttention(dim, heads, dim_k=dim_k, dim_v=dim_v, dropout=attn_dropout, kernel=kernel,
-                                       edge_dim=edge_dim, scale=attn_scale)
+                                       edge_dim=edge_dim, scale=attn_scale, dropout_mode=attn_dropout_mode)
         self.ff = FeedForward(dim, ff_mult, dropout, activation)
         self.norm1 = nn.LayerNorm(dim)
         self.norm2 = nn.LayerNorm(dim)
@@ -155,7 +156,9 @@ class Encoder(nn.Module):
             knob (``model.window``); a 2-D ``k×k`` window on an image grid is ``Tokens.grid_window``
             (the image adapter's ``window``). Both together: their logical AND, as a dense mask (the
             plan's summary says so).
-        attn_dropout: dropout on attention weights.
+        attn_dropout: attention dropout (training only).
+        attn_dropout_mode: ``weights`` (after the softmax) | ``keys`` (DropKey: keys dropped before it, the
+            fused kernel kept; dense paths only): :class:`~seqattn.core.attention.MultiHeadAttention`.
         dim_k, dim_v: total q/k and value widths (default D).
         activation: FFN activation, ``gelu`` | ``relu`` | ``silu``.
         graph_path: for graph structure (``Tokens.edge_index``): ``auto`` | ``dense`` | ``edge``
@@ -236,6 +239,7 @@ class Encoder(nn.Module):
         conv_kernel: int = 0,
         pack_graphs: bool = True,
         global_attention: float = 0.0,
+        attn_dropout_mode: str = "weights",
     ) -> None:
         super().__init__()
         if isinstance(global_attention, bool) or not isinstance(global_attention, (int, float)) or not (
@@ -287,7 +291,7 @@ class Encoder(nn.Module):
         self.edge_dim = int(edge_dim)
         self.layers = nn.ModuleList(
             EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v,
-                         edge_dim, attn_scale, conv_kernel, self.global_attention)
+                         edge_dim, attn_scale, conv_kernel, self.global_attention, attn_dropout_mode)
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
