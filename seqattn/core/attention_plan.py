@@ -35,12 +35,12 @@ import torch
 import torch.nn.functional as F
 
 from seqattn.core.band import BandLayout, band_attention
+from seqattn.core.dropout import keep_mask
 from seqattn.core.fused import SMALL_LENGTH, FlashAttentionCPU, SmallBiasedAttention, cpu_flash_available, \
     cpu_flash_on, weights_from_lse
 from seqattn.core.graph_cost import edges_to_dense
 from seqattn.core.kernels import cpu_dropout_attention, edge_attention, edge_weights_to_dense, linear_attention, \
     linear_attention_weights, math_attention, takes_cpu_dropout
-from seqattn.core.dropout import keep_mask
 from seqattn.core.masks import additive_mask, combine_masks, dead_rows, revive_dead_rows, structure_mask
 from seqattn.core.varlen import VarlenLayout, varlen_attention
 

@@ -63,10 +63,7 @@ class LinearChainCRF(nn.Module):
     def log_partition(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``log Σ_y exp(score(y))`` per sequence: ``[B]`` (0 for a sequence without real tokens)."""
         self._check(emissions, mask)
-        return self._forward_algorithm(emissions.float(), mask)
-
-    def _forward_algorithm(self, em: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return _forward_with(em, mask, self.transitions, self.start, self.end)
+        return _forward_with(emissions.float(), mask, self.transitions, self.start, self.end)
 
     def nll(self, emissions: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``−log p(gold labels)`` summed over the sequences, divided by the number of labelled tokens (the scale
@@ -84,7 +81,8 @@ class LinearChainCRF(nn.Module):
         tags = torch.arange(self.num_tags, device=em.device)
         ruled_out = labelled.unsqueeze(-1) & (tags != labels.clamp_min(0).unsqueeze(-1))  # [B, L, C]
         gold = em.masked_fill(ruled_out, _RULED_OUT)
-        both = self._forward_algorithm(torch.cat([em, gold]), torch.cat([mask, mask]))  # [2B]: one pass
+        both = _forward_with(torch.cat([em, gold]), torch.cat([mask, mask]), self.transitions, self.start,
+                             self.end)  # [2B]: one pass
         everything, agreeing = both.chunk(2)
         return (everything - agreeing).sum() / count
 

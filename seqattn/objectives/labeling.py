@@ -286,9 +286,7 @@ class SequenceLabeling(Objective):
             views.append(view)
             ces.append(F.cross_entropy(view.reshape(-1, view.shape[-1]), labels.flatten(),
                                        ignore_index=IGNORE_INDEX, label_smoothing=self.label_smoothing))
-        mask = out.get("mask")
-        if mask is None:
-            mask = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device)
+        mask = self._token_mask(out, labels)
         agree = sharpened_consistency(views, mask, self.consistency_temperature)
         if self._trainer is not None:  # called from a training loop
             self.log("train/loss_consistency", agree.detach(), on_step=False, on_epoch=True,
