@@ -183,7 +183,7 @@ def test_learned_positional_table_is_interpolated_to_a_new_max_len(tmp_path, wor
     torch.testing.assert_close(table[0], state["net.encoder.positional.weight"][0])
     torch.testing.assert_close(table[-1], state["net.encoder.positional.weight"][-1])
     with pytest.raises(ValueError, match=r"positional.weight: checkpoint \(300, 48\) vs model \(450, 48\)"):
-        init_from_state(new, state, old.labels, resize_positional_table=False)
+        init_from_state(new, state, old.labels, resize_positional_table=False, source_spec=spec)
 
 
 def test_resize_positional_is_linear_interpolation():
@@ -351,3 +351,40 @@ def test_a_stem_checkpoint_with_a_token_per_frame_names_the_time_factor(tmp_path
     again = _objective(compose(overrides + ["net.subsample.time_factor=1"], tmp_path / "again", workflow_data_dir))
     report = init_from_state(again, per_frame.state_dict(), per_frame.labels, resize_positional_table=True)
     assert any(n.startswith("net.subsample.cnn.") for n in report["loaded"])
+
+
+def test_the_crfs_tag_pair_scores_load_with_the_head_and_only_then(tmp_path, workflow_data_dir, caplog):
+    """objective.crf=true keeps its scores outside net.* (model.crf): a fine-tune onto the same tags starts from
+    them (they were dropped before); a CRF-less checkpoint leaves them fresh; a run without a CRF names the unused
+    ones in the log."""
+    import logging
+
+    overrides = TASKS["text_tagging"].overrides + QUIET
+    source = _objective(compose(overrides + ["objective.crf=true"], tmp_path / "a", workflow_data_dir))
+    with torch.no_grad():
+        for p in source.crf.parameters():
+            p.copy_(torch.randn_like(p))
+    state, labels, spec = source.state_dict(), list(source.labels), source.hparams["spec"]
+
+    target = _objective(compose(overrides + ["objective.crf=true"], tmp_path / "b", workflow_data_dir))
+    report = init_from_state(target, state, labels, resize_positional_table=False, source_spec=spec)
+    for name in ("crf.transitions", "crf.start", "crf.end"):
+        assert name in report["loaded"]
+        torch.testing.assert_close(target.state_dict()[name], state[name], rtol=0, atol=0)
+
+    other = _objective(compose(overrides + ["objective.crf=true"], tmp_path / "c", workflow_data_dir))
+    report = init_from_state(other, state, labels[::-1], resize_positional_table=False,
+                            source_spec=spec)  # another label order
+    assert {"crf.transitions", "crf.start", "crf.end"} <= set(report["new"])
+    assert all(float(p.abs().sum()) == 0 for p in other.crf.parameters())  # fresh: zero (= cross-entropy)
+
+    no_crf_state = {k: v for k, v in state.items() if not k.startswith("crf.")}
+    fresh = _objective(compose(overrides + ["objective.crf=true"], tmp_path / "d", workflow_data_dir))
+    report = init_from_state(fresh, no_crf_state, labels, resize_positional_table=False, source_spec=spec)
+    assert {"crf.transitions", "crf.start", "crf.end"} <= set(report["new"])
+
+    plain = _objective(compose(overrides, tmp_path / "e", workflow_data_dir))
+    with caplog.at_level(logging.INFO, logger="seqattn.training.finetune"):
+        report = init_from_state(plain, state, labels, resize_positional_table=False, source_spec=spec)
+    assert not [n for n in report["loaded"] + report["new"] if n.startswith("crf.")]
+    assert [r for r in caplog.records if "crf.transitions" in r.getMessage() and "not used" in r.getMessage()]

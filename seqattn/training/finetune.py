@@ -12,6 +12,9 @@ What is loaded (``python -m seqattn.run task=... init_from=run/checkpoints/best.
 - the head (and the global token) only when the checkpoint was trained by the same objective class
   and the label set is the same (names and count); otherwise they keep their fresh initialisation
   (a pretraining checkpoint, e.g. masked-token modelling, gives its adapter and encoder, never its head);
+  so do the objective's label-indexed tensors outside the network (``objective.crf=true``'s tag-pair
+  scores, ``crf.*``): loaded when both runs have them and the head loads; a CRF the checkpoint has and
+  this run does not use (``crf=false``) is named in the log;
 - the encoder's width (``model.dim``) and positional scheme (``model.positional``) must be the
   checkpoint's: a difference is a ``ValueError`` naming both (a parameter-free scheme such as
   rotary vs sinusoidal would otherwise load silently and mean something else);
@@ -49,6 +52,9 @@ log = logging.getLogger("seqattn.training.finetune")
 
 NET = "net."
 TASK_SPECIFIC = ("net.head.", "net.global_token")  # re-initialised when the label set differs
+# the objective's own tensors indexed by the labels (objective.crf=true: tag-pair scores), outside net.*: loaded with
+# the head (same objective class, same label set), else left fresh; a checkpoint's that this model lacks is logged
+LABEL_TENSORS = ("crf.",)
 FREEZABLE = ("adapter", "encoder", "head", "global_token")
 VOCABULARIES = ("data", "checkpoint")  # finetune.vocabulary: built from this run's training split | init_from's
 
@@ -266,6 +272,18 @@ def init_from_state(
                      "(adapter.KEY=VALUE)")
         raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head and the "
                          f"vocabulary rows may differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
+    label_tensors = {k: v for k, v in model.state_dict().items() if k.startswith(LABEL_TENSORS)}
+    for name, tensor in label_tensors.items():  # the CRF's scores: they mean something for this label set only
+        value = state_dict.get(name)
+        if same_task and value is not None and value.shape == tensor.shape:
+            update[name] = value
+            loaded.append(name)
+        else:
+            new.append(name)
+    unused = sorted(k for k in state_dict if k.startswith(LABEL_TENSORS) and k not in label_tensors)
+    if unused:
+        log.info("init_from: the checkpoint's %s are not used (this run has no such layer, e.g. objective.crf=false: "
+                 "the tags are each token's argmax)", unused)
     with torch.no_grad():
         own = model.state_dict()
         for name, value in update.items():
