@@ -84,14 +84,15 @@ def test_fine_tuning_starts_from_the_pretrained_adapter_and_encoder_with_a_new_h
 
 
 @pytest.mark.slow
-def test_another_width_or_positional_scheme_is_an_error_naming_both(pretrained, tmp_path):
+def test_another_width_positional_scheme_or_norm_order_is_an_error_naming_both(pretrained, tmp_path):
     from tests.workflows import compose
 
     metrics, out = pretrained
     ckpt = metrics["best_checkpoint"]
     for override, message in (("model.positional=sinusoidal", "model.positional='rotary', this model "
                                                                "model.positional='sinusoidal'"),
-                              ("model.dim=48", "model.dim=32, this model model.dim=48")):
+                              ("model.dim=48", "model.dim=32, this model model.dim=48"),
+                              ("model.norm_first=false", "model.norm_first=True, this model model.norm_first=False")):
         cfg = compose(["task=text_tagging", *SMALL, override, f"init_from={ckpt}"], tmp_path / override, out / "data")
         with pytest.raises(ValueError, match=message):
             apply_finetune(_objective(cfg), finetune_options(cfg))

@@ -268,6 +268,7 @@ class Encoder(nn.Module):
         if window is not None and kernel in ("linear", "edge"):
             raise ValueError(f"window attention needs a dense kernel (sdpa or math), got kernel={kernel!r}")
         self.dim, self.window, self.kernel, self.heads = dim, window, kernel, heads
+        self.norm_first = bool(norm_first)
         self.graph_path = graph_path
         self.max_dense_bytes, self.dense_min_fill = int(max_dense_bytes), float(dense_min_fill)
         self.flex_attention = bool(flex_attention)

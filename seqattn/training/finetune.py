@@ -15,9 +15,9 @@ What is loaded (``python -m seqattn.run task=... init_from=run/checkpoints/best.
   so do the objective's label-indexed tensors outside the network (``objective.crf=true``'s tag-pair
   scores, ``crf.*``): loaded when both runs have them and the head loads; a CRF the checkpoint has and
   this run does not use (``crf=false``) is named in the log;
-- the encoder's width (``model.dim``) and positional scheme (``model.positional``) must be the
-  checkpoint's: a difference is a ``ValueError`` naming both (a parameter-free scheme such as
-  rotary vs sinusoidal would otherwise load silently and mean something else);
+- the encoder's width (``model.dim``), positional scheme (``model.positional``) and layer-norm order
+  (``model.norm_first``) must be the checkpoint's: a difference is a ``ValueError`` naming both (a
+  parameter-free scheme such as rotary vs sinusoidal would otherwise load silently and mean something else);
 - a learned positional table of another length is interpolated to the new ``model.max_len``
   (``finetune.resize_positional``);
 - any other difference (a shape, a tensor the checkpoint lacks or has in excess) is a
@@ -147,14 +147,17 @@ def map_by_token(name: str, table: VocabTable, fresh: torch.Tensor, source: torc
 
 def check_encoder_fits(model: nn.Module, source_net: Mapping[str, Any] | None) -> None:
     """``ValueError`` naming both values when the checkpoint's encoder config (``source_net["encoder"]``:
-    its ``dim``, ``positional``) differs from ``model``'s encoder (``dim``, ``positional_name``); an
+    its ``dim``, ``positional``, ``norm_first``) differs from ``model``'s encoder (``dim``, ``positional_name``,
+    ``norm_first``); an
     attribute either side lacks (a baseline encoder, an old checkpoint) is not compared."""
     encoder = getattr(network_of(model), "encoder", None)
     source = (source_net or {}).get("encoder") if isinstance(source_net, Mapping) else None
     if encoder is None or not isinstance(source, Mapping):
         return
     pairs = (("dim", "dim", "width", "model.dim"), ("positional", "positional_name", "positional scheme",
-                                                      "model.positional"))
+                                                      "model.positional"),
+             ("norm_first", "norm_first", "layer-norm order", "model.norm_first"))  # pre- vs post-norm: the same
+    # tensors but for the final norm, each read another way
     for key, attr, what, option in pairs:
         old, new = source.get(key), getattr(encoder, attr, None)
         if old is not None and new is not None and old != new:
