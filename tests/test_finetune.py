@@ -183,7 +183,7 @@ def test_learned_positional_table_is_interpolated_to_a_new_max_len(tmp_path, wor
     torch.testing.assert_close(table[0], state["net.encoder.positional.weight"][0])
     torch.testing.assert_close(table[-1], state["net.encoder.positional.weight"][-1])
     with pytest.raises(ValueError, match=r"positional.weight: checkpoint \(300, 48\) vs model \(450, 48\)"):
-        init_from_state(new, state, old.labels, resize_positional_table=False, source_spec=spec)
+        init_from_state(new, state, old.labels, resize_positional_table=False)
 
 
 def test_resize_positional_is_linear_interpolation():
