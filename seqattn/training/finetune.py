@@ -148,8 +148,7 @@ def map_by_token(name: str, table: VocabTable, fresh: torch.Tensor, source: torc
 def check_encoder_fits(model: nn.Module, source_net: Mapping[str, Any] | None) -> None:
     """``ValueError`` naming both values when the checkpoint's encoder config (``source_net["encoder"]``:
     its ``dim``, ``positional``, ``norm_first``) differs from ``model``'s encoder (``dim``, ``positional_name``,
-    ``norm_first``); an
-    attribute either side lacks (a baseline encoder, an old checkpoint) is not compared."""
+    ``norm_first``); an attribute either side lacks (a baseline encoder, an old checkpoint) is not compared."""
     encoder = getattr(network_of(model), "encoder", None)
     source = (source_net or {}).get("encoder") if isinstance(source_net, Mapping) else None
     if encoder is None or not isinstance(source, Mapping):
