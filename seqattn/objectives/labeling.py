@@ -126,7 +126,6 @@ class SequenceLabeling(Objective):
                              f"consistency={self.consistency} act on per-token probabilities: set them to 0")
         #: a linear-chain CRF over the logits (module docstring), or None
         self.crf = LinearChainCRF(self.num_classes) if crf else None
-        self._stage: str | None = None
         self.test_confusion = MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX)
         self.confusion_matrix: torch.Tensor | None = None  # [C, C] counts (row true, column predicted)
         names = tuple(self.spec.subsets) if self.spec is not None else ()
@@ -166,11 +165,7 @@ class SequenceLabeling(Objective):
         self._subsets = batch.get("subsets") if stage == "test" else None
         self._groups = batch.get("groups") if stage == "test" else None
         self._labels_shape = tuple(batch["labels"].shape) if "labels" in batch else None
-        self._stage = stage
-        try:
-            return super().model_step(batch, stage)
-        finally:
-            self._stage = None
+        return super().model_step(batch, stage)
 
     def loss_weight(self, out: dict, batch: dict) -> int:
         """Labeled positions in the batch: the epoch loss is a mean over them, not over sequences."""
@@ -300,7 +295,7 @@ class SequenceLabeling(Objective):
         return torch.ones(labels.shape, dtype=torch.bool, device=labels.device) if mask is None else mask
 
     def predictions(self, out: dict, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.crf is not None and self._stage != "train":  # the decoded sequence (training: the argmax)
+        if self.crf is not None and not self.training:  # the decoded sequence (while training: the argmax)
             preds = self.crf.decode(out["logits"], self._token_mask(out, batch["labels"]))
             return preds.flatten(), batch["labels"].flatten()
         return out["logits"].argmax(-1).flatten(), batch["labels"].flatten()  # [B·L], [B·L]

@@ -208,7 +208,8 @@ def init_from_state(
         ValueError: listing every tensor outside the head whose shape differs (for a vocabulary
             table: whose width differs), that the checkpoint lacks or that the model lacks.
     """
-    target = {k: v for k, v in model.state_dict().items() if k.startswith(NET)}
+    own = model.state_dict()
+    target = {k: v for k, v in own.items() if k.startswith(NET)}
     source = {k: v for k, v in state_dict.items() if k.startswith(NET)}
     if not source:
         raise ValueError("the checkpoint has no network tensors (net.*): is it a seqattn checkpoint?")
@@ -274,7 +275,7 @@ def init_from_state(
                      "(adapter.KEY=VALUE)")
         raise ValueError("init_from: the checkpoint's network does not fit this model's (only the head and the "
                          f"vocabulary rows may differ); {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + hint)
-    label_tensors = {k: v for k, v in model.state_dict().items() if k.startswith(LABEL_TENSORS)}
+    label_tensors = {k: v for k, v in own.items() if k.startswith(LABEL_TENSORS)}
     for name, tensor in label_tensors.items():  # the CRF's scores: they mean something for this label set only
         value = state_dict.get(name)
         if same_task and value is not None and value.shape == tensor.shape:
@@ -287,7 +288,6 @@ def init_from_state(
         log.info("init_from: the checkpoint's %s are not used (this run has no such layer, e.g. objective.crf=false: "
                  "the tags are each token's argmax)", unused)
     with torch.no_grad():
-        own = model.state_dict()
         for name, value in update.items():
             own[name].copy_(value)
     for name, counts in mapped.items():
