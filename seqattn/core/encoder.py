@@ -240,8 +240,18 @@ class Encoder(nn.Module):
         pack_graphs: bool = True,
         global_attention: float = 0.0,
         attn_dropout_mode: str = "weights",
+        unmasked_layers: tuple[int, ...] | list[int] = (),
     ) -> None:
         super().__init__()
+        unmasked = list(unmasked_layers or ())
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < depth for i in unmasked) or (
+                len(set(unmasked)) != len(unmasked)):
+            raise ValueError(f"unmasked_layers must be distinct layer indices in [0, depth={depth}) (the layers that "
+                             f"attend to every real token), got {list(unmasked_layers)!r}")
+        if unmasked and kernel == "edge":
+            raise ValueError("unmasked_layers attend to every real token, which the 'edge' kernel (graph edges only) "
+                             "cannot compute; use kernel=sdpa or math")
+        self.unmasked_layers = frozenset(unmasked)
         if isinstance(global_attention, bool) or not isinstance(global_attention, (int, float)) or not (
                 0.0 <= float(global_attention) <= 1.0):
             raise ValueError(f"global_attention must be a number in [0, 1] (the global branch's share of every "
@@ -389,8 +399,18 @@ class Encoder(nn.Module):
         if self.conv_kernel and edge_index is not None:
             raise ValueError(f"conv_kernel={self.conv_kernel} convolves over positions in order, but this batch is a "
                              "graph (Tokens.edge_index): its nodes have no order; set conv_kernel=0 for it")
+        plain = None  # the plan of the unmasked layers: padding only
+        if self.unmasked_layers:
+            if plan.structure.get("causal"):
+                raise ValueError(f"unmasked_layers={sorted(self.unmasked_layers)} would let causal tokens see the "
+                                 "future; set unmasked_layers=[] for a causal batch")
+            plain = plan_structure(Structure(x.shape[0], x.shape[1], x.device, mask=mask, dtype=x.dtype),
+                                   self.plan_options, heads=self.heads, dim=self.dim)
         if not tracing():
             self.last_plan = dict(plan.describe(), summary=plan.summary(len(self.layers)))
+            if plain is not None:
+                self.last_plan["summary"] += (f"; layers {sorted(self.unmasked_layers)} unmasked: "
+                                              f"{plain.summary(len(self.unmasked_layers)).removeprefix('attention: ')}")
             if plan.graph_path is not None:
                 self.last_graph_path = plan.graph_path
         if self.positional is not None:
@@ -407,7 +427,8 @@ class Encoder(nn.Module):
             conv_mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask.clone()
             conv_mask[:, :num_global] = False
         packed = None
-        if self.pack_graphs and not wanted and self.rotary is None and not self.global_attention and not tracing():
+        if (self.pack_graphs and not wanted and self.rotary is None and not self.global_attention
+                and not self.unmasked_layers and not tracing()):
             packed = pack_edge_plan(plan)  # (tokens [T], the plan over [1, T]) or None
         if packed is not None:
             tokens, plan = packed
@@ -420,7 +441,8 @@ class Encoder(nn.Module):
         x0 = x  # [B, L, D] (packed: [1, T, D]), what the initial residual mixes back
         for i, layer in enumerate(self.layers):
             out = layer(x, None, None, i in wanted, conv_mask=conv_mask, token_mask=mask, rotary=self.rotary,
-                        plan=plan, attention_items=attention_items, bias=bias)
+                        plan=plain if i in self.unmasked_layers else plan, attention_items=attention_items,
+                        bias=bias)
             if i in wanted:
                 x, w = out
                 weights.append(w)
