@@ -75,7 +75,7 @@ def test_fine_tuning_starts_from_the_pretrained_adapter_and_encoder_with_a_new_h
 
     metrics, out = pretrained
     ckpt = metrics["best_checkpoint"]
-    same_model = [] if task == "text_tagging" else ["model=text_transformer", "adapter.char_dim=128"]
+    same_model = [] if task == "text_tagging" else ["model=text_transformer", "adapter.char_dim=256"]
     cfg = compose([f"task={task}", *SMALL, *same_model, "trainer.max_epochs=1", f"init_from={ckpt}"], tmp_path / "ft",
                   out / "data")
     assert_starts_from_pretraining(_objective(cfg), finetune_options(cfg), caplog,
