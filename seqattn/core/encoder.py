@@ -13,6 +13,8 @@ Post-norm (``norm_first=False``) is the original Transformer ordering.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -204,6 +206,12 @@ class Encoder(nn.Module):
             (:class:`~seqattn.core.attention.GlobalLinearAttention`, SGFormer's simple global attention: linear in
             the length, its own three projections per layer). Batch items stay apart (a padded graph batch is not
             packed then). Returned attention weights are the planned attention's. 0 = none (default).
+        unmasked_layers: indices ``0 <= i < depth`` (one bare index is one layer; None or () = none, the
+            default) of layers that attend to every real token of their batch item without the batch's
+            structure (graph edges with their bias and features, windows, a structure mask): padding only.
+            Between masked layers they are edge-set attention's unmasked blocks (Buterez et al. 2024). A padded
+            graph batch is not packed then (its items must stay apart); the ``edge`` kernel and causal batches
+            refuse it.
 
     :meth:`plan` tells which path a batch will take without running the layers; ``last_plan`` is
     :meth:`AttentionPlan.describe` of the last forward, with its one-line ``summary``.
@@ -240,14 +248,17 @@ class Encoder(nn.Module):
         pack_graphs: bool = True,
         global_attention: float = 0.0,
         attn_dropout_mode: str = "weights",
-        unmasked_layers: tuple[int, ...] | list[int] = (),
+        unmasked_layers: Sequence[int] | int | None = (),
     ) -> None:
         super().__init__()
-        unmasked = list(unmasked_layers or ())
+        if unmasked_layers is None:
+            unmasked_layers = ()
+        unmasked = list(unmasked_layers) if isinstance(unmasked_layers, Sequence) and not isinstance(
+            unmasked_layers, str) else [unmasked_layers]  # one bare index (3) is [3]; anything else is refused below
         if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < depth for i in unmasked) or (
                 len(set(unmasked)) != len(unmasked)):
             raise ValueError(f"unmasked_layers must be distinct layer indices in [0, depth={depth}) (the layers that "
-                             f"attend to every real token), got {list(unmasked_layers)!r}")
+                             f"attend to every real token), got {unmasked_layers!r}")
         if unmasked and kernel == "edge":
             raise ValueError("unmasked_layers attend to every real token, which the 'edge' kernel (graph edges only) "
                              "cannot compute; use kernel=sdpa or math")

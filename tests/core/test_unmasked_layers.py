@@ -54,10 +54,13 @@ def test_an_unmasked_layer_reaches_beyond_the_neighbourhood_and_keeps_items_apar
         assert (grad[2, 3:] == 0).all()  # item 2's padding
 
 
-@pytest.mark.parametrize("bad", [[2], [-1], [0, 0], [True], ["1"]])
+@pytest.mark.parametrize("bad", [[2], [-1], [0, 0], [True], ["1"], 5, "1", 1.0])
 def test_bad_unmasked_layers_are_refused_naming_the_value(bad):
     with pytest.raises(ValueError, match=r"unmasked_layers must be distinct layer indices in \[0, depth=2\)"):
         Encoder(16, 2, 4, unmasked_layers=bad)
+    # none, and one bare index (model.unmasked_layers=1 on the command line), are fine
+    assert Encoder(16, 2, 4, unmasked_layers=None).unmasked_layers == frozenset()
+    assert Encoder(16, 2, 4, unmasked_layers=1).unmasked_layers == frozenset({1})
 
 
 def test_unmasked_layers_refuse_the_edge_kernel_and_causal_batches():
