@@ -41,7 +41,8 @@ from seqattn.training.compile import compile_encoder, parse_compile
 from seqattn.training.distill import DistillOptions, apply_distill
 from seqattn.training.finetune import FinetuneOptions, apply_finetune, use_checkpoint_vocabulary
 from seqattn.training.options import check_trainer_options
-from seqattn.training.plan import PLAN_FILE, Asked, Budget, RunPlan, make_plan, read_plan, write_plan
+from seqattn.training.plan import (PLAN_FILE, Asked, Budget, RunPlan, make_plan, plan_batch_scale, read_plan,
+                                   write_plan)
 from seqattn.training.quiet import quiet_known_noise
 from seqattn.training.resume import (RunFolder, atomic_curves, continue_curves, finished_run, keep_previous_metrics,
                                     resumable_train_loader, resume_config)
@@ -142,8 +143,8 @@ def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule,
     ``datamodule.spec()`` (a :class:`~seqattn.datakit.spec.DataSpec`: classes, label names,
     vocabulary, feature sizes, target statistics) fills the parts' data-derived arguments; the
     spec is saved in the checkpoint, so a loaded model maps inputs exactly as in training.
-    ``plan`` (the run plan) gives the monitor in place of ``objective.monitor``.
-    Nothing is written into the config.
+    ``plan`` (the run plan) gives the monitor in place of ``objective.monitor``, and its ``batch_scale``
+    multiplies ``objective.optimizer.lr``. Nothing is written into the config.
     """
     spec = datamodule.spec()
     log.info("data: %s", spec.describe())
@@ -151,6 +152,8 @@ def build_objective(cfg: DictConfig, datamodule: L.LightningDataModule,
     objective = OmegaConf.to_container(cfg.objective, resolve=True)  # plain containers only in checkpoints
     if plan is not None:
         objective["monitor"] = plan.monitor
+        if plan.batch_scale > 1:  # larger batches of a small set, and the learning rate with them (the run plan)
+            objective["optimizer"]["lr"] = float(objective["optimizer"]["lr"]) * plan.batch_scale
     cls = locate(objective.pop("_target_"))
     return cls(net=net_cfg, spec=spec.to_dict(), **objective)
 
@@ -176,7 +179,7 @@ def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: Fals
                     min_epochs=_number(cfg, "budget.min_epochs", int), max_epochs=_number(cfg, "budget.max_epochs", int),
                     patience=_number(cfg, "budget.patience", float),
                     min_patience=_number(cfg, "budget.min_patience", int),
-                    seconds=_budget_seconds(cfg))
+                    seconds=_budget_seconds(cfg), batch_scale=_batch_scale(cfg))
     stopper = _early_stopper(cfg)
     patience = stopper[1].get("patience") if stopper is not None else None
     asked = Asked(
@@ -188,8 +191,19 @@ def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: Fals
         epochs_given=given("trainer.max_epochs"),
         patience_given=stopper is not None and given(f"callbacks.{stopper[0]}.patience"),
         monitor_given=given("objective.monitor"),
+        batch_given=given("data.batch_size") or given("objective.optimizer.lr"),
     )
     return budget, asked
+
+
+def _batch_scale(cfg: DictConfig) -> int:
+    """``budget.batch_scale`` (1 where the config has none: a run written before it existed). A scale above 1
+    needs ``objective.optimizer.lr`` to scale with the batch."""
+    scale = _number(cfg, "budget.batch_scale", int) if "batch_scale" in cfg.get("budget", {}) else 1
+    if scale != 1 and OmegaConf.select(cfg, "objective.optimizer.lr") is None:
+        raise ValueError(f"budget.batch_scale={scale} scales the learning rate with the batch, but the config has "
+                         "no objective.optimizer.lr; give one, or budget.batch_scale=1")
+    return scale
 
 
 def plan_run(cfg: DictConfig, datamodule: L.LightningDataModule,
@@ -199,7 +213,24 @@ def plan_run(cfg: DictConfig, datamodule: L.LightningDataModule,
     validation split. A value given on the command line (``given(key)``) wins over the plan's."""
     budget, asked = plan_inputs(cfg, given)
     batches = len(datamodule.train_dataloader()) if budget.steps else None
-    return make_plan(budget, asked, datamodule.split_sizes(), batches)
+    scale = plan_batch_scale(budget, asked, batches)
+    if scale > 1:  # the batches per epoch at the scaled size; the datamodule keeps its own (apply_batch_scale)
+        configured = datamodule.batch_size
+        datamodule.batch_size = configured * scale
+        try:
+            batches = len(datamodule.train_dataloader())
+        finally:
+            datamodule.batch_size = configured
+    return make_plan(budget, asked, datamodule.split_sizes(), batches, batch_scale=scale)
+
+
+def apply_batch_scale(datamodule: L.LightningDataModule, plan: RunPlan) -> None:
+    """The run plan's ``batch_scale`` on the datamodule's batch size (training, validation and test loaders)."""
+    if plan.batch_scale > 1:
+        datamodule.batch_size = int(datamodule.batch_size) * plan.batch_scale
+        log.info("budget.batch_scale=%d: batches of %d (data.batch_size x %d) and the learning rate x %d: %s",
+                 plan.batch_scale, datamodule.batch_size, plan.batch_scale, plan.batch_scale,
+                 "the step budget sets this training split's epochs")
 
 
 def _resumed_plan(cfg: DictConfig, datamodule: L.LightningDataModule) -> RunPlan:
@@ -338,6 +369,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         (log.warning if plan.capped else log.info)("%s", plan.budget_message)
     if plan.selection_message:
         log.warning("%s", plan.selection_message)
+    apply_batch_scale(datamodule, plan)
     model = build_objective(cfg, datamodule, plan)
     check_lengths(model, datamodule)
     resumed_threads = plan.threads if cfg.get("resume") else None  # auto: a resumed run keeps its count

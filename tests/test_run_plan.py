@@ -7,9 +7,11 @@ import json
 import logging
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping
 from omegaconf import OmegaConf, open_dict
@@ -20,7 +22,7 @@ from seqattn.training.callbacks import BestCheckpoint, MonitorGuard
 from seqattn.training.checkpoint import read_checkpoint
 from seqattn.training.distill import DistillOptions
 from seqattn.training.finetune import FinetuneOptions
-from seqattn.training.plan import Asked, Budget, RunPlan, make_plan, read_plan, write_plan
+from seqattn.training.plan import Asked, Budget, RunPlan, make_plan, plan_batch_scale, read_plan, write_plan
 from tests.workflows import QUIET, TASKS, compose
 
 BUDGET = Budget(steps=100, min_epochs=1, max_epochs=1000, patience=0.2, min_patience=5)
@@ -114,14 +116,16 @@ DEFAULT_PLANS = {"image": (12, 5), "image_pretrain": (5, None), "molecule": (70,
 BUILT_IN_TRAIN = {"image": lambda cfg: cfg.data.shapes.n_train, "molecule": lambda cfg: 3993}
 
 
-def _recipe_plan(task: str, tmp_path: Path, n_train: int | None = None) -> RunPlan:
+def _recipe_plan(task: str, tmp_path: Path, n_train: int | None = None, overrides: list[str] = ()) -> RunPlan:
     """The plan of ``task``'s recipe on ``n_train`` training examples (None: its built-in data's)."""
-    cfg = compose([f"task={task}"], tmp_path / task, tmp_path / "data")
+    cfg = compose([f"task={task}", *overrides], tmp_path / task, tmp_path / "data")
     budget, asked = plan_inputs(cfg)
     if n_train is None and budget.steps:
         n_train = BUILT_IN_TRAIN[task](cfg)
     batches = None if n_train is None else math.ceil(n_train / cfg.data.batch_size)
-    return make_plan(budget, asked, {"train": n_train or 1, "val": 1, "test": 1}, batches)
+    scale = plan_batch_scale(budget, asked, batches)  # as seqattn.run.plan_run: recounted at the scaled batch
+    batches = batches if scale == 1 else math.ceil(n_train / (cfg.data.batch_size * scale))
+    return make_plan(budget, asked, {"train": n_train or 1, "val": 1, "test": 1}, batches, batch_scale=scale)
 
 
 def test_the_recipes_plans_on_their_built_in_data_are_unchanged(tmp_path):
@@ -129,6 +133,7 @@ def test_the_recipes_plans_on_their_built_in_data_are_unchanged(tmp_path):
     plans = {task: _recipe_plan(task, tmp_path) for task in task_names()}
     assert {task: (plan.max_epochs, plan.patience) for task, plan in plans.items()} == DEFAULT_PLANS
     assert not any(plan.capped for plan in plans.values())
+    assert all(plan.batch_scale == 1 for plan in plans.values())
     freesolv = _recipe_plan("molecule", tmp_path, n_train=514)  # the recipe's real set: 17 batches, 2,500 steps
     assert (freesolv.max_epochs, freesolv.patience, freesolv.capped) == (148, 148, False)
     lipophilicity = _recipe_plan("molecule", tmp_path, n_train=3360)  # 105 batches: 24 epochs of steps, raised to 70
@@ -136,6 +141,13 @@ def test_the_recipes_plans_on_their_built_in_data_are_unchanged(tmp_path):
     assert "budget.min_epochs=70" in lipophilicity.budget_message
     thousand = _recipe_plan("molecule", tmp_path, n_train=800)  # 25 batches: 100 epochs of steps, above the floor
     assert (thousand.max_epochs, thousand.patience) == (100, 100)
+    # budget.batch_scale=2 on FreeSolv (not the default): 9 batches of 64, 1,250 steps -> 139 epochs
+    scaled = _recipe_plan("molecule", tmp_path, n_train=514, overrides=["budget.batch_scale=2"])
+    assert (scaled.max_epochs, scaled.patience, scaled.batch_scale) == (139, 139, 2)
+    assert scaled.budget_message.startswith(
+        "budget.steps=1250 (budget.batch_scale=2: batches 2x data.batch_size and 2x the learning rate, 2500 steps / 2): "
+        "9 steps per epoch -> trainer.max_epochs=139")
+    assert _recipe_plan("molecule", tmp_path, n_train=3360, overrides=["budget.batch_scale=2"]).batch_scale == 1
 
 
 def test_a_training_split_too_small_for_the_budget_gets_bounded_epochs_and_patience_and_the_reason(tmp_path):
@@ -150,6 +162,81 @@ def test_a_training_split_too_small_for_the_budget_gets_bounded_epochs_and_patie
     assert read_plan(write_plan(tmp_path, molecules).parent) == molecules
     given = make_plan(Budget(5000, 1, 300, 1.0, 5), Asked(7, True, 8, "val/loss", 1, epochs_given=True), SIZES, 2)
     assert given.max_epochs == 7 and not given.capped and "(given)" in given.budget_message
+
+
+def test_the_batch_scale_applies_only_where_the_step_budget_sets_the_epochs():
+    scaled = Budget(steps=100, min_epochs=2, max_epochs=30, patience=0.2, min_patience=5, batch_scale=2)
+    assert plan_batch_scale(scaled, ASKED, 13) == 2  # 8 epochs of steps: above the floor of 2, below the cap
+    assert plan_batch_scale(scaled, ASKED, 60) == 1  # 2 epochs of steps: the floor sets them (a large set)
+    assert plan_batch_scale(scaled, ASKED, 3) == 1  # 34 epochs wanted, capped at 30 (a set too small for the budget)
+    assert plan_batch_scale(scaled, Asked(3, True, 8, "val/acc", 1, batch_given=True), 13) == 1  # given: as given
+    assert plan_batch_scale(scaled, Asked(3, True, 8, "val/acc", 1, epochs_given=True), 13) == 1
+    assert plan_batch_scale(replace(scaled, steps=None), ASKED, 13) == 1
+    assert plan_batch_scale(replace(scaled, batch_scale=1), ASKED, 13) == 1
+    plan = make_plan(scaled, ASKED, SIZES, train_batches=7, batch_scale=2)  # 7 batches of the scaled size
+    assert (plan.max_epochs, plan.budget.steps, plan.batch_scale) == (8, 50, 2)  # ceil(50 / 7) epochs
+    assert "batch and learning rate x2 (budget.batch_scale)" in plan.describe()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=rf"budget.batch_scale={bad!r} must be an int >= 1"):
+            plan_batch_scale(replace(scaled, batch_scale=bad), ASKED, 13)
+
+
+def test_a_scaled_run_trains_larger_batches_at_a_scaled_learning_rate_and_resume_keeps_them(tmp_path, caplog):
+    """text_cls's test data (no batch size or epochs given) with budget.steps=100 (more epochs than the floor of 1):
+    budget.batch_scale=2 trains
+    batches twice data.batch_size at twice the learning rate for 50 steps; the plan says so, the composed config is
+    unchanged and a resumed run keeps both. data.batch_size or the lr on the command line keep both as given."""
+    from hydra.utils import instantiate
+
+    import seqattn.run as run_module
+
+    run_dir, data = tmp_path / "run", tmp_path / "data"
+    small = [o for o in TASKS["text_cls"].overrides if not o.startswith(("data.batch_size=", "trainer.max_epochs="))]
+    overrides = small + KEEP_STOPPING + ["budget.steps=100", "budget.batch_scale=2"]  # neither given
+    cfg = compose(overrides, run_dir, data)
+    configured_batch, configured_lr = cfg.data.batch_size, cfg.objective.optimizer.lr
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    unscaled = run_module.plan_run(compose(overrides[:-1], run_dir, data), datamodule)
+    plan = run_module.plan_run(cfg, datamodule)
+    per_epoch = math.ceil(SIZES_OF(datamodule) / (2 * configured_batch))
+    assert unscaled.max_epochs > 1 and unscaled.batch_scale == 1  # the step budget sets the epochs here
+    assert (plan.batch_scale, plan.budget.steps, plan.budget.steps_per_epoch) == (2, 50, per_epoch)
+    assert plan.max_epochs == math.ceil(50 / per_epoch)
+    assert datamodule.batch_size == configured_batch  # planning leaves the datamodule as it was
+    for given in ("data.batch_size", "objective.optimizer.lr"):
+        assert run_module.plan_run(cfg, datamodule, given=lambda key, given=given: key == given).batch_scale == 1
+
+    seen = []
+
+    class Spy(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen.append((len(batch["labels"]), trainer.optimizers[0].param_groups[0]["initial_lr"]))
+
+    built = run_module.build_callbacks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_module, "build_callbacks", lambda cfg, plan: built(cfg, plan) + [Spy()])
+        train(cfg)
+        assert max(b for b, _ in seen) == 2 * configured_batch
+        assert all(lr == pytest.approx(2 * configured_lr) for _, lr in seen)
+        saved = read_plan(run_dir)
+        assert saved.batch_scale == 2 and json.loads((run_dir / "metrics.json").read_text())["budget"].startswith(
+            "budget.steps=50 (budget.batch_scale=2")
+        assert OmegaConf.load(run_dir / "config.yaml").data.batch_size == configured_batch  # as composed
+
+        (run_dir / "metrics.json").unlink()
+        seen.clear()
+        with caplog.at_level(logging.INFO, logger="seqattn.run"):
+            run(compose([f"resume={run_dir}", f"trainer.max_epochs={saved.max_epochs + 1}"], tmp_path / "ignored",
+                        data))
+    assert f"batches of {2 * configured_batch} (data.batch_size x 2)" in caplog.text
+    assert seen and max(b for b, _ in seen) == 2 * configured_batch
+    assert all(lr == pytest.approx(2 * configured_lr) for _, lr in seen) and read_plan(run_dir).batch_scale == 2
+
+
+def SIZES_OF(datamodule) -> int:  # noqa: N802 -- the training split's size
+    return datamodule.split_sizes()["train"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,11 @@ Two decisions depend on the data, not only on the config:
   A training split too small for the budget (it would take more than ``budget.max_epochs`` epochs: 40
   images or 36 molecules, two batches an epoch) trains ``budget.max_epochs`` epochs with a patience of
   at most :data:`CAPPED_PATIENCE` of them, and the log line says so and why;
+- **the batch size of a small set** (``budget.batch_scale = k > 1``): where the step budget sets the epochs (the
+  training split at ``data.batch_size`` takes more than ``budget.min_epochs`` epochs, and no more than
+  ``budget.max_epochs``), the run trains at ``k`` × the batch, ``k`` × the learning rate and ``budget.steps / k``
+  steps: the same epochs in fewer, larger steps (:func:`plan_batch_scale`). A ``data.batch_size`` or
+  ``objective.optimizer.lr`` given on the command line keeps both as given;
 - **how the best checkpoint is chosen** when the data has no validation examples (or
   ``objective.monitor=null``): no monitor, no early stopping, the last epoch kept as ``best.ckpt``,
   and, without validation examples, no validation loop (``limit_val_batches=0``, no sanity steps).
@@ -52,6 +57,7 @@ class Budget:
     patience: float
     min_patience: int
     seconds: float | None = None
+    batch_scale: int = 1
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class Asked:
     epochs_given: bool = False
     patience_given: bool = False
     monitor_given: bool = False
+    batch_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,8 @@ class RunPlan:
         validate: False = no validation loop (``limit_val_batches=0``, ``num_sanity_val_steps=0``).
         budget: how ``budget.steps`` set the epochs (None without a budget).
         selection: why there is no monitor (None when there is one).
+        batch_scale: the factor applied to ``data.batch_size`` and the learning rate (1: as configured; see
+            :func:`plan_batch_scale`); the budget's steps are already divided by it.
         threads: the intra-op thread count and why (:class:`seqattn.training.threads.ThreadChoice` as a
             dict: ``threads``, ``reason``, ``setting``, ``other_load``); None until ``seqattn.run`` decides it.
             A resumed run under ``cpu_threads=auto`` keeps the recorded count (float sums continue alike).
@@ -125,6 +134,7 @@ class RunPlan:
     budget: StepBudget | None = None
     selection: NoSelection | None = None
     threads: dict[str, Any] | None = None
+    batch_scale: int = 1
 
     @property
     def budget_message(self) -> str | None:
@@ -138,7 +148,10 @@ class RunPlan:
                   f" ({b.steps} steps would be {b.raised_from} epochs: raised to budget.min_epochs={self.max_epochs})"
                   if b.raised_from is not None and not b.epochs_given else "")
         bounded = f" (capped at {CAPPED_PATIENCE:g} of the epochs)" if b.patience_capped and not b.patience_given else ""
-        return (f"budget.steps={b.steps}: {b.steps_per_epoch} steps per epoch -> trainer.max_epochs={self.max_epochs}"
+        scaled = (f" (budget.batch_scale={self.batch_scale}: batches {self.batch_scale}x data.batch_size and "
+                  f"{self.batch_scale}x the learning rate, {b.steps * self.batch_scale} steps / {self.batch_scale})"
+                  if self.batch_scale > 1 else "")
+        return (f"budget.steps={b.steps}{scaled}: {b.steps_per_epoch} steps per epoch -> trainer.max_epochs={self.max_epochs}"
                 + (" (given)" if b.epochs_given else capped)
                 + (f", early-stopping patience {self.patience}" + (" (given)" if b.patience_given else bounded)
                    if self.patience is not None else ""))
@@ -162,6 +175,7 @@ class RunPlan:
     def describe(self) -> str:
         """One line: ``max_epochs=8, early-stopping patience 5, best by val/acc, validation on``."""
         return (f"max_epochs={self.max_epochs}"
+                + (f", batch and learning rate x{self.batch_scale} (budget.batch_scale)" if self.batch_scale > 1 else "")
                 + (f", early-stopping patience {self.patience}" if self.patience is not None and self.early_stopping
                    else "" if self.early_stopping else ", no early stopping")
                 + (f", best by {self.monitor}" if self.monitor else ", best = the last epoch")
@@ -244,6 +258,21 @@ def plan_epochs(budget: Budget, asked: Asked, train_batches: int) -> tuple[int |
                                         raised_from=by_steps if by_steps < budget.min_epochs else None)
 
 
+def plan_batch_scale(budget: Budget, asked: Asked, train_batches: int | None) -> int:
+    """The factor for the batch size and the learning rate: ``budget.batch_scale`` where the step budget sets the
+    epochs at the configured batch (``train_batches`` per epoch: more than ``budget.min_epochs`` of them, no more
+    than ``budget.max_epochs``), else 1. 1 as well without ``budget.steps``, or when the batch size or the learning
+    rate was given on the command line (``asked.batch_given``)."""
+    scale = budget.batch_scale
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"budget.batch_scale={scale!r} must be an int >= 1 (1 = the configured batch size)")
+    if scale == 1 or not budget.steps or asked.batch_given or asked.epochs_given or train_batches is None:
+        return 1
+    per_epoch = max(1, math.ceil(train_batches / asked.accumulate_grad_batches))
+    by_steps = math.ceil(int(budget.steps) / per_epoch)
+    return scale if budget.min_epochs < by_steps <= budget.max_epochs else 1
+
+
 def plan_selection(asked: Asked, split_sizes: dict[str, int]) -> NoSelection | None:
     """How the best checkpoint is chosen, given the data's split sizes (``{"train": n, "val": n, ...}``).
 
@@ -274,17 +303,23 @@ def _sizes(split_sizes: dict[str, int]) -> dict[str, int]:
     return {str(k): int(v) for k, v in split_sizes.items()}
 
 
-def make_plan(budget: Budget, asked: Asked, split_sizes: dict[str, int], train_batches: int | None = None) -> RunPlan:
-    """The run plan. ``train_batches`` (batches per training epoch) is needed only with ``budget.steps``."""
+def make_plan(budget: Budget, asked: Asked, split_sizes: dict[str, int], train_batches: int | None = None,
+              batch_scale: int = 1) -> RunPlan:
+    """The run plan. ``train_batches`` (batches per training epoch) is needed only with ``budget.steps``;
+    with ``batch_scale > 1`` (:func:`plan_batch_scale`) they are the batches at the scaled size, and the budget's
+    steps are divided by it."""
     if budget.steps and train_batches is None:
         raise ValueError("budget.steps is set: make_plan needs the number of training batches per epoch")
+    if batch_scale > 1:
+        budget = replace(budget, steps=math.ceil(int(budget.steps) / batch_scale))
     max_epochs, patience, steps = plan_epochs(budget, asked, train_batches or 0)
     selection = plan_selection(asked, split_sizes)
     if selection is None:
-        return RunPlan(max_epochs, patience, asked.monitor, early_stopping=True, validate=True, budget=steps)
+        return RunPlan(max_epochs, patience, asked.monitor, early_stopping=True, validate=True, budget=steps,
+                       batch_scale=batch_scale)
     validate = bool(split_sizes.get("val", 0))
     return RunPlan(max_epochs, patience, None, early_stopping=False, validate=validate, budget=steps,
-                   selection=selection)
+                   selection=selection, batch_scale=batch_scale)
 
 
 def write_plan(run_dir: str | Path, plan: RunPlan) -> Path:
