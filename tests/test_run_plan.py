@@ -145,7 +145,8 @@ def test_the_recipes_plans_on_their_built_in_data_are_unchanged(tmp_path):
     scaled = _recipe_plan("molecule", tmp_path, n_train=514, overrides=["budget.batch_scale=2"])
     assert (scaled.max_epochs, scaled.patience, scaled.batch_scale) == (139, 139, 2)
     assert scaled.budget_message.startswith(
-        "budget.steps=1250 (budget.batch_scale=2: batches 2x data.batch_size and 2x the learning rate, 2500 steps / 2): "
+        "budget.steps=1250 (budget.batch_scale=2: batches 2x data.batch_size and 2x the learning rate for the "
+        "configured steps / 2): "
         "9 steps per epoch -> trainer.max_epochs=139")
     assert _recipe_plan("molecule", tmp_path, n_train=3360, overrides=["budget.batch_scale=2"]).batch_scale == 1
 

@@ -149,7 +149,7 @@ class RunPlan:
                   if b.raised_from is not None and not b.epochs_given else "")
         bounded = f" (capped at {CAPPED_PATIENCE:g} of the epochs)" if b.patience_capped and not b.patience_given else ""
         scaled = (f" (budget.batch_scale={self.batch_scale}: batches {self.batch_scale}x data.batch_size and "
-                  f"{self.batch_scale}x the learning rate, {b.steps * self.batch_scale} steps / {self.batch_scale})"
+                  f"{self.batch_scale}x the learning rate for the configured steps / {self.batch_scale})"
                   if self.batch_scale > 1 else "")
         return (f"budget.steps={b.steps}{scaled}: {b.steps_per_epoch} steps per epoch -> trainer.max_epochs={self.max_epochs}"
                 + (" (given)" if b.epochs_given else capped)
