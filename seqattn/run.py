@@ -41,8 +41,8 @@ from seqattn.training.compile import compile_encoder, parse_compile
 from seqattn.training.distill import DistillOptions, apply_distill
 from seqattn.training.finetune import FinetuneOptions, apply_finetune, use_checkpoint_vocabulary
 from seqattn.training.options import check_trainer_options
-from seqattn.training.plan import (PLAN_FILE, Asked, Budget, RunPlan, make_plan, plan_batch_scale, read_plan,
-                                   write_plan)
+from seqattn.training.plan import (PLAN_FILE, Asked, Budget, RunPlan, check_batch_scale, make_plan, plan_batch_scale,
+                                   read_plan, write_plan)
 from seqattn.training.quiet import quiet_known_noise
 from seqattn.training.resume import (RunFolder, atomic_curves, continue_curves, finished_run, keep_previous_metrics,
                                     resumable_train_loader, resume_config)
@@ -199,7 +199,7 @@ def plan_inputs(cfg: DictConfig, given: Callable[[str], bool] = lambda key: Fals
 def _batch_scale(cfg: DictConfig) -> int:
     """``budget.batch_scale`` (1 where the config has none: a run written before it existed). A scale above 1
     needs ``objective.optimizer.lr`` to scale with the batch."""
-    scale = _number(cfg, "budget.batch_scale", int) if "batch_scale" in cfg.get("budget", {}) else 1
+    scale = check_batch_scale(_number(cfg, "budget.batch_scale", int)) if "batch_scale" in cfg.get("budget", {}) else 1
     if scale != 1 and OmegaConf.select(cfg, "objective.optimizer.lr") is None:
         raise ValueError(f"budget.batch_scale={scale} scales the learning rate with the batch, but the config has "
                          "no objective.optimizer.lr; give one, or budget.batch_scale=1")
@@ -228,9 +228,9 @@ def apply_batch_scale(datamodule: L.LightningDataModule, plan: RunPlan) -> None:
     """The run plan's ``batch_scale`` on the datamodule's batch size (training, validation and test loaders)."""
     if plan.batch_scale > 1:
         datamodule.batch_size = int(datamodule.batch_size) * plan.batch_scale
-        log.info("budget.batch_scale=%d: batches of %d (data.batch_size x %d) and the learning rate x %d: %s",
-                 plan.batch_scale, datamodule.batch_size, plan.batch_scale, plan.batch_scale,
-                 "the step budget sets this training split's epochs")
+        log.info("budget.batch_scale=%d: batches of %d (data.batch_size x %d) and the learning rate x %d: the step "
+                 "budget sets this training split's epochs", plan.batch_scale, datamodule.batch_size, plan.batch_scale,
+                 plan.batch_scale)
 
 
 def _resumed_plan(cfg: DictConfig, datamodule: L.LightningDataModule) -> RunPlan:
@@ -349,6 +349,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
     parse_compile(cfg.get("compile"))
     _budget_seconds(cfg)  # budget.seconds: before any data is read
+    _batch_scale(cfg)  # budget.batch_scale: likewise
     load = LoadProbe()  # other processes' CPU load while the data is read (cpu_threads=auto)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)

@@ -165,7 +165,7 @@ def test_a_training_split_too_small_for_the_budget_gets_bounded_epochs_and_patie
     assert given.max_epochs == 7 and not given.capped and "(given)" in given.budget_message
 
 
-def test_the_batch_scale_applies_only_where_the_step_budget_sets_the_epochs():
+def test_the_batch_scale_applies_only_where_the_step_budget_sets_the_epochs(tmp_path):
     scaled = Budget(steps=100, min_epochs=2, max_epochs=30, patience=0.2, min_patience=5, batch_scale=2)
     assert plan_batch_scale(scaled, ASKED, 13) == 2  # 8 epochs of steps: above the floor of 2, below the cap
     assert plan_batch_scale(scaled, ASKED, 60) == 1  # 2 epochs of steps: the floor sets them (a large set)
@@ -180,6 +180,8 @@ def test_the_batch_scale_applies_only_where_the_step_budget_sets_the_epochs():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match=rf"budget.batch_scale={bad!r} must be an int >= 1"):
             plan_batch_scale(replace(scaled, batch_scale=bad), ASKED, 13)
+    with pytest.raises(ValueError, match=r"budget.batch_scale=0 must be an int >= 1"):  # read from the YAML, before data
+        plan_inputs(_cfg(tmp_path, ["budget.batch_scale=0"]))
 
 
 def test_a_scaled_run_trains_larger_batches_at_a_scaled_learning_rate_and_resume_keeps_them(tmp_path, caplog):

@@ -235,8 +235,7 @@ def plan_epochs(budget: Budget, asked: Asked, train_batches: int) -> tuple[int |
     if not budget.patience > 0:
         raise ValueError(f"budget.patience={budget.patience} must be > 0 (early-stopping patience as a fraction of the "
                          "epochs)")
-    per_epoch = max(1, math.ceil(train_batches / asked.accumulate_grad_batches))
-    by_steps = math.ceil(int(budget.steps) / per_epoch)
+    per_epoch, by_steps = _epochs_of_steps(budget, asked, train_batches)
     wanted = max(budget.min_epochs, by_steps)
     epochs = min(wanted, budget.max_epochs)
     patience = max(budget.min_patience, round(budget.patience * epochs))
@@ -263,14 +262,24 @@ def plan_batch_scale(budget: Budget, asked: Asked, train_batches: int | None) ->
     epochs at the configured batch (``train_batches`` per epoch: more than ``budget.min_epochs`` of them, no more
     than ``budget.max_epochs``), else 1. 1 as well without ``budget.steps``, or when the batch size or the learning
     rate was given on the command line (``asked.batch_given``)."""
-    scale = budget.batch_scale
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"budget.batch_scale={scale!r} must be an int >= 1 (1 = the configured batch size)")
+    scale = check_batch_scale(budget.batch_scale)
     if scale == 1 or not budget.steps or asked.batch_given or asked.epochs_given or train_batches is None:
         return 1
-    per_epoch = max(1, math.ceil(train_batches / asked.accumulate_grad_batches))
-    by_steps = math.ceil(int(budget.steps) / per_epoch)
+    by_steps = _epochs_of_steps(budget, asked, train_batches)[1]
     return scale if budget.min_epochs < by_steps <= budget.max_epochs else 1
+
+
+def check_batch_scale(scale: Any) -> int:
+    """``budget.batch_scale`` as an int >= 1, else a ``ValueError`` naming the value."""
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"budget.batch_scale={scale!r} must be an int >= 1 (1 = the configured batch size)")
+    return scale
+
+
+def _epochs_of_steps(budget: Budget, asked: Asked, train_batches: int) -> tuple[int, int]:
+    """``(optimizer steps per epoch, the epochs that make budget.steps)`` for ``train_batches`` batches an epoch."""
+    per_epoch = max(1, math.ceil(train_batches / asked.accumulate_grad_batches))
+    return per_epoch, math.ceil(int(budget.steps) / per_epoch)
 
 
 def plan_selection(asked: Asked, split_sizes: dict[str, int]) -> NoSelection | None:
