@@ -50,6 +50,16 @@ def scaled_keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch
     elsewhere (``u - t`` lies in ``[-32768, 32767]``), so ``+ 1`` is the keep bit. Torch's ``int16 >= t`` and
     ``bool -> float`` passes are element by element on CPU; these are vectorised (the mask of a
     ``[64, 35, 64]`` tensor: 62 against 168 µs, the 93 µs draw aside)."""
+    keep, scale = keep_bits(shape, p, device, generator)
+    return keep.to(dtype).mul_(scale)
+
+
+def keep_bits(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu",
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
+    """:func:`scaled_keep_mask`'s draws before the conversion: ``([*shape] int16, 1 = keep and 0 = drop; the
+    scale ``32768 / (32768 - t)``)``. ``x * keep`` promotes to ``x``'s dtype in the multiply itself, so a caller
+    that can apply the scale to a smaller tensor afterwards (attention: to the output ``[B, H, L, E]`` instead
+    of the weights ``[B, H, L, S]``) saves the conversion's and the scaling's passes."""
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"scaled_keep_mask needs a drop probability in [0, 1), got {p!r}")
     numel = math.prod(shape)
@@ -57,7 +67,12 @@ def scaled_keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch
     words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
     bits = words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1)  # [numel] in [0, 32768), in place
     keep = bits.sub_(threshold).bitwise_right_shift_(15).add_(1)  # [numel] 1 = keep, 0 = drop (int16)
-    return keep.view(shape).to(dtype).mul_(_LEVELS / (_LEVELS - threshold))
+    return keep.view(shape), _LEVELS / (_LEVELS - threshold)
+
+
+def fast_path(x: torch.Tensor) -> bool:
+    """Whether :func:`dropout` draws ``x``'s mask with the cheap CPU masks (else torch's ``F.dropout``)."""
+    return ENABLED and x.device.type == "cpu" and x.is_floating_point() and not _exporting()
 
 
 def _exporting() -> bool:
@@ -70,7 +85,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         raise ValueError(f"dropout probability must be in [0, 1], got {p!r}")
     if not training or p == 0.0:
         return x
-    if not ENABLED or p == 1.0 or x.device.type != "cpu" or not x.is_floating_point() or _exporting():
+    if p == 1.0 or not fast_path(x):
         return F.dropout(x, p, training=True)
     return x * scaled_keep_mask(x.shape, p, x.dtype, x.device)  # the gradient is grad · mask · scale, as torch's
 

@@ -100,17 +100,28 @@ def cpu_dropout_attention(
     torch's math path and draws its mask with ``bernoulli_``; here the weights are dropped with
     :func:`seqattn.core.dropout.dropout`'s cheap masks (one attention call ``[64, 4, 32, 16]`` with a padding
     mask, forward + backward, one thread: 2.2-2.8 ms against SDPA's 3.9-4.2 ms). Equal to
-    :func:`math_attention` with the same draws; a mask with a fully masked query row goes through it."""
+    :func:`math_attention` with the same draws, up to rounding; a mask with a fully masked query row goes
+    through it.
+
+    Every pass over ``[B, H, L, S]`` that can move to a smaller tensor does: the scale multiplies ``q``
+    ``[B, H, L, D]``, the mask is added in place, the weights are multiplied by the 0/1 keep bits and the
+    dropout's scale multiplies the output ``[B, H, L, E]`` (``[64, 4, 98, 16]`` with a padding mask, forward +
+    backward, one thread, alternated with the earlier form that scaled the scores and the weights in one process,
+    medians of 6 x 20 calls: 40.8 ms against 45.6 ms, 0.90x; docs/benchmarks.md)."""
     if attn_mask is not None:
         if bool(dead_rows(attn_mask).any()):  # rows with no key: the reference kernel keeps them finite
             return math_attention(q, k, v, attn_mask, dropout_p, scale)[0]
         if attn_mask.dtype == torch.bool:  # [.., L|1, S]: added once instead of a masked_fill of the scores
             attn_mask = additive_mask(attn_mask, q.dtype)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # [B, H, L, S]
+    scores = torch.matmul(q * scale, k.transpose(-2, -1))  # [B, H, L, S]
     if attn_mask is not None:
-        scores = scores + attn_mask.to(scores.dtype)
-    return torch.matmul(dropout(torch.softmax(scores, dim=-1), dropout_p), v)  # [B, H, L, E]
+        scores = scores.add_(attn_mask.to(scores.dtype))  # the product is not saved for backward: in place
+    weights = torch.softmax(scores, dim=-1)  # [B, H, L, S]
+    if dropout_p == 0.0 or dropout_p == 1.0 or not fast_dropout.fast_path(weights):
+        return torch.matmul(dropout(weights, dropout_p), v)  # [B, H, L, E]
+    keep, keep_scale = fast_dropout.keep_bits(weights.shape, dropout_p, weights.device)
+    return torch.matmul(weights * keep, v).mul_(keep_scale)  # [B, H, L, E]
 
 
 def sdpa_attention(

@@ -187,6 +187,27 @@ def test_cpu_dropout_attention_is_the_math_kernel_with_the_same_draws(lengths, a
     assert not torch.equal(out, cpu_dropout_attention(q, k, v, mask, 0.0, scale=0.7))  # weights were dropped
 
 
+def test_cpu_dropout_attention_passes_a_learned_bias_its_gradient():
+    """A learned additive bias (relative positions: ``[1, H, L, S]``, broadcast over the batch) added to the scores
+    in place gets the reference kernel's gradient, and so do q, k and v."""
+    from seqattn.core.kernels import cpu_dropout_attention, math_attention
+
+    q, k, v, keys = _padded([6, 3, 4])
+    bias = (0.5 * torch.randn(1, 2, 6, 6)).requires_grad_()
+    probe = torch.randn(q.shape)
+    grads = []
+    for kernel in (cpu_dropout_attention, lambda *a: math_attention(*a)[0]):
+        torch.manual_seed(11)
+        mask = bias + torch.zeros_like(bias).masked_fill(~keys, float("-inf"))  # [B, 2, 6, 6]
+        out = kernel(q, k, v, mask, 0.2, 0.5)
+        grads.append((out, torch.autograd.grad((out * probe).sum(), (q, k, v, bias))))
+    (out, got), (ref, expected) = grads
+    torch.testing.assert_close(out, ref)
+    for g, r in zip(got, expected):
+        torch.testing.assert_close(g, r)
+    assert got[3].abs().sum() > 0
+
+
 def test_the_dense_path_trains_with_the_cheap_masks_and_switched_off_with_torchs():
     """A padded batch through the attention layer in training: the dense path takes the cheap-mask kernel
     (``fast_dropout`` on) or torch's fused call with its own dropout (off), each reproducible by seed."""

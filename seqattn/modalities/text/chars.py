@@ -192,12 +192,15 @@ class CharEncoder(nn.Module):
             if start != char_ids.shape[0]:
                 raise ValueError(f"the character groups end at row {start}, the words have {char_ids.shape[0]}")
             return torch.cat(parts) if parts else char_ids.new_zeros(0, self.dim, dtype=self.conv.weight.dtype)
-        real = char_ids != 0  # [N, W]
-        h = F.relu(conv1d_positions(self.conv, self.embedding(char_ids)))  # [N, W, E] -> [N, W, K]
-        # max over real characters: h >= 0 (ReLU), so padding set to 0 never exceeds a real character's value, and
-        # an all-padding row gives 0. max(dim) sends the gradient to one position (amax splits it among ties, which
-        # only identical character windows make: the same gradient for the weights) and costs ~0.6x amax's
-        return (h * real[:, :, None].to(h.dtype)).max(dim=1).values  # [N, K]
+        h = conv1d_positions(self.conv, self.embedding(char_ids))  # [N, W, E] -> [N, W, K]
+        # ReLU, then the max over real characters, computed as the max over real characters, then ReLU: the same
+        # values (ReLU is monotone; an all-padding row gives 0) and the same gradient, with the ReLU on [N, K]
+        # instead of [N, W, K]. Padding is excluded by adding -inf, whose backward passes the gradient through
+        # untouched (a multiply by the mask would cost a pass each way). max(dim) sends the gradient to one
+        # position (amax splits it among ties, which only identical character windows make: the same gradient for
+        # the weights) and costs ~0.6x amax's
+        padding = torch.zeros(char_ids.shape, dtype=h.dtype, device=h.device).masked_fill_(char_ids == 0, float("-inf"))
+        return F.relu((h + padding[:, :, None]).max(dim=1).values)  # [N, K]
 
     def forward_words(self, words: Sequence[Sequence[str]], device: torch.device | None = None) -> torch.Tensor:
         """Sentences of words -> ``[B, L, K]``: ``forward(encode(words))``, each distinct word through the CNN once."""
