@@ -66,8 +66,12 @@ def keep_bits(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     threshold = int(round(float(p) * _LEVELS))
     words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)
     bits = words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1)  # [numel] in [0, 32768), in place
-    keep = bits.sub_(threshold).bitwise_right_shift_(15).add_(1)  # [numel] 1 = keep, 0 = drop (int16)
-    return keep.view(shape), _LEVELS / (_LEVELS - threshold)
+    keep = bits.sub_(threshold).bitwise_right_shift_(15).add_(1).view(shape)  # 1 = keep, 0 = drop (int16)
+    if torch.compiler.is_compiling():
+        # torch.compile breaks the graph at the draw, so the bits leave a compiled frame: as a dtype view of the int64
+        # draws they would fail AOT autograd's alias replay (it re-strides the int64 base with int16 sizes)
+        keep = keep.clone()
+    return keep, _LEVELS / (_LEVELS - threshold)
 
 
 def fast_path(x: torch.Tensor) -> bool:
