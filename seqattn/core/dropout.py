@@ -61,7 +61,7 @@ def keep_bits(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     that can apply the scale to a smaller tensor afterwards (attention: to the output ``[B, H, L, E]`` instead
     of the weights ``[B, H, L, S]``) saves the conversion's and the scaling's passes."""
     if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"scaled_keep_mask needs a drop probability in [0, 1), got {p!r}")
+        raise ValueError(f"a keep mask (scaled_keep_mask, keep_bits) needs a drop probability in [0, 1), got {p!r}")
     numel = math.prod(shape)
     threshold = int(round(float(p) * _LEVELS))
     words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(generator=generator)

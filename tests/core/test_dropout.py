@@ -55,8 +55,24 @@ def test_scaled_mask_is_the_keep_mask_times_its_scale_bit_for_bit(p, dtype):
 
 
 def test_scaled_mask_refuses_p_one():
-    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+    from seqattn.core.dropout import keep_bits
+
+    with pytest.raises(ValueError, match=r"\[0, 1\), got 1.0"):
         scaled_keep_mask((4,), 1.0)
+    with pytest.raises(ValueError, match=r"keep_bits.*\[0, 1\), got -0.1"):
+        keep_bits((4,), -0.1)
+
+
+def test_keep_bits_are_the_scaled_mask_s_draws():
+    """The 0/1 int16 bits and the scale are the scaled mask's own draws: ``bits.to(float) * scale`` is it bit for bit."""
+    from seqattn.core.dropout import keep_bits
+
+    torch.manual_seed(5)
+    bits, scale = keep_bits((3, 50), 0.3)
+    torch.manual_seed(5)
+    mask = scaled_keep_mask((3, 50), 0.3)
+    assert bits.dtype == torch.int16 and set(bits.unique().tolist()) == {0, 1}
+    assert torch.equal(bits.to(torch.float32) * scale, mask)
 
 
 def test_neighbours_are_independent():
