@@ -12,8 +12,8 @@ Two decisions depend on the data, not only on the config:
 - **the batch size of a small set** (``budget.batch_scale = k > 1``): where the step budget sets the epochs (the
   training split at ``data.batch_size`` takes more than ``budget.min_epochs`` epochs, and no more than
   ``budget.max_epochs``), the run trains at ``k`` × the batch, ``k`` × the learning rate and ``budget.steps / k``
-  steps: the same epochs in fewer, larger steps (:func:`plan_batch_scale`). A ``data.batch_size`` or
-  ``objective.optimizer.lr`` given on the command line keeps both as given;
+  steps: the same epochs in fewer, larger steps (:func:`plan_batch_scale`). A ``data.batch_size``,
+  ``objective.optimizer.lr`` or ``trainer.max_epochs`` given on the command line keeps everything as given;
 - **how the best checkpoint is chosen** when the data has no validation examples (or
   ``objective.monitor=null``): no monitor, no early stopping, the last epoch kept as ``best.ckpt``,
   and, without validation examples, no validation loop (``limit_val_batches=0``, no sanity steps).

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqattn.core.conv import conv1d_positions
+from seqattn.core.masks import additive_mask
 from seqattn.model.protocols import VocabTable
 
 CHAR_PAD, CHAR_UNK, BOW, EOW = "<pad>", "<unk>", "<w>", "</w>"
@@ -199,7 +200,7 @@ class CharEncoder(nn.Module):
         # untouched (a multiply by the mask would cost a pass each way). max(dim) sends the gradient to one
         # position (amax splits it among ties, which only identical character windows make: the same gradient for
         # the weights) and costs ~0.6x amax's
-        padding = torch.zeros(char_ids.shape, dtype=h.dtype, device=h.device).masked_fill_(char_ids == 0, float("-inf"))
+        padding = additive_mask(char_ids != 0, h.dtype)  # [N, W]: 0 on characters, -inf on padding
         return F.relu((h + padding[:, :, None]).max(dim=1).values)  # [N, K]
 
     def forward_words(self, words: Sequence[Sequence[str]], device: torch.device | None = None) -> torch.Tensor:
