@@ -160,6 +160,56 @@ def test_a_resumed_csv_logger_keeps_the_rows_before_the_checkpoint_and_appends(t
         continue_curves([CSVLogger(tmp_path, name="csv", version="")], tmp_path / "last.ckpt")
 
 
+def test_the_curve_logger_writes_lightnings_rows_every_flush_seconds_and_at_the_end(tmp_path, monkeypatch):
+    """CurveLogger holds rows between writes: the first at once, then after flush_seconds, on flush() and at
+    finalize; the file ends as Lightning's CSVLogger writes it. flush_seconds=0 writes at every save."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from seqattn.training import resume
+
+    now = [100.0]
+    monkeypatch.setattr(resume.time, "monotonic", lambda: now[0])
+    rows = [({"train/loss_step": 0.5 - step / 10, "epoch": 0}, step) for step in range(4)] + [
+        ({"val/loss": 1.5, "epoch": 0}, 3)]  # a new column: the file is rewritten under it
+
+    def lines(root):
+        path = root / "csv" / "metrics.csv"
+        return path.read_text().splitlines() if path.exists() else []
+
+    plain = CSVLogger(tmp_path / "plain", name="csv", version="")
+    for metrics, step in rows:
+        plain.log_metrics(metrics, step)
+        plain.save()
+    plain.finalize("success")
+
+    logger = resume.CurveLogger(tmp_path / "held", name="csv", version="", flush_seconds=5.0)
+    logger.log_hyperparams({"lr": 0.1})  # the trainer's first save() comes with no rows: it starts no clock
+    logger.save()
+    written = []
+    for (metrics, step), advance in zip(rows, (0.0, 1.0, 5.0, 1.0, 1.0)):
+        now[0] += advance
+        logger.log_metrics(metrics, step)
+        logger.save()  # what the trainer calls after every log_metrics
+        written.append(len(lines(tmp_path / "held")) - 1)  # data rows on disk (header left out)
+    assert written == [1, 1, 3, 3, 3]  # the first at once; 6 s later the two held; the rest held
+    logger.flush()
+    assert lines(tmp_path / "held") == lines(tmp_path / "plain")
+    logger.log_metrics({"val/loss": 1.25, "epoch": 1}, 4)
+    logger.finalize("failed")  # a failed run keeps its rows too
+    plain.log_metrics({"val/loss": 1.25, "epoch": 1}, 4)
+    plain.finalize("success")
+    assert lines(tmp_path / "held") == lines(tmp_path / "plain") and len(lines(tmp_path / "plain")) == 7
+
+    every = resume.CurveLogger(tmp_path / "every", name="csv", version="", flush_seconds=0)
+    for count, (metrics, step) in enumerate(rows, 1):
+        every.log_metrics(metrics, step)
+        every.save()
+        assert len(lines(tmp_path / "every")) - 1 == count  # no time passed: written at every save
+    assert lines(tmp_path / "every") == lines(tmp_path / "plain")[:-1]
+    with pytest.raises(ValueError, match="flush_seconds must be >= 0 seconds .* got -1"):
+        resume.CurveLogger(tmp_path, flush_seconds=-1)
+
+
 def test_a_kill_while_a_new_column_rewrites_the_curves_loses_no_row(tmp_path, monkeypatch, workflow_data_dir):
     """A metric logged for the first time makes the CSV writer rewrite metrics.csv under the new header; a run
     killed in that rewrite must still have every row written before it (Lightning's writer truncates first)."""

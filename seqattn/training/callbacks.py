@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, RichModelSummary, RichP
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seqattn.training.checkpoint import atomic_torch_save
+from seqattn.training.resume import flush_curves
 
 log = logging.getLogger("seqattn.train")
 
@@ -401,6 +402,7 @@ class LastCheckpoint(_Throttled, ModelCheckpoint):
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def _save_last_checkpoint(self, trainer, monitor_candidates) -> None:
+        flush_curves(trainer)  # every row logged so far on disk before the checkpoint a resumed run continues from
         for best in trainer.checkpoint_callbacks:  # the best checkpoint its callback state names, on disk first
             if isinstance(best, BestCheckpoint):
                 best.write_pending(trainer)
