@@ -78,6 +78,10 @@ class LinearChainCRF(nn.Module):
         em = emissions.float()
         if count == 0:
             return em.sum() * 0.0
+        outside = labelled & ((labels < 0) | (labels >= self.num_tags))
+        if bool(outside.any()):  # (ruled out everywhere, or clamped to class 0 below: a silently wrong loss)
+            raise ValueError(f"label {int(labels[outside][0])} is out of bounds: labels must lie in "
+                             f"[0, {self.num_tags}) or be IGNORE_INDEX ({IGNORE_INDEX})")
         tags = torch.arange(self.num_tags, device=em.device)
         ruled_out = labelled.unsqueeze(-1) & (tags != labels.clamp_min(0).unsqueeze(-1))  # [B, L, C]
         gold = em.masked_fill(ruled_out, _RULED_OUT)

@@ -218,9 +218,12 @@ class SequenceLabeling(Objective):
 
     def make_metrics(self) -> MetricCollection:
         c = self.num_classes
+        # validate_args=False: the predictions are argmaxes and the loss, computed first in every step, has checked the
+        # targets (cross-entropy raises on a class outside [0, C) other than the ignore index); torchmetrics' own checks
+        # (torch.unique of both tensors) cost 0.07 ms an update at 34 nodes, 0.25 ms at 2,708 (2 metrics, one thread)
         return MetricCollection({
-            "acc": MulticlassAccuracy(c, average="micro", ignore_index=IGNORE_INDEX),
-            "f1": MulticlassF1Score(c, average="macro", ignore_index=IGNORE_INDEX),
+            "acc": MulticlassAccuracy(c, average="micro", ignore_index=IGNORE_INDEX, validate_args=False),
+            "f1": MulticlassF1Score(c, average="macro", ignore_index=IGNORE_INDEX, validate_args=False),
         })
 
     def test_summary(self) -> dict:

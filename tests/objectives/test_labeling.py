@@ -147,6 +147,19 @@ def test_subset_counts_merge_like_ddp_processes_do():
     assert {type(rank0).__dict__.get("full_state_update"), rank0._reductions["correct"].__name__} == {False, "dim_zero_sum"}
 
 
+@pytest.mark.parametrize("crf", [False, True])
+@pytest.mark.parametrize("bad", [3, -1])
+def test_a_label_outside_the_classes_stops_the_step_at_the_loss(bad, crf):
+    """The metrics take their inputs unchecked (validate_args=False, a cost per step): the loss, computed first in
+    every step, must refuse a label outside [0, C) that is not the ignore index, or the metrics would count it."""
+    model = SequenceLabeling(net=NET, labels=["a", "b", "c"], crf=crf)
+    batch = _batch()
+    batch["labels"][0, 1] = bad
+    with pytest.raises((IndexError, ValueError), match="out of bounds"):  # cross-entropy's / the CRF's own
+        model.model_step(batch, "train")
+    assert int(model.metrics["train_metrics"]["acc"].tp.sum() + model.metrics["train_metrics"]["acc"].fn.sum()) == 0
+
+
 def test_f1_is_macro_over_classes_checked_against_a_count_by_hand():
     """Imbalanced classes: macro-F1 (the mean of per-class F1) differs from micro-F1 (= accuracy)."""
     from tests.workflows import macro_f1_from_confusion
