@@ -259,8 +259,8 @@ class CurveLogger(CSVLogger):
 
     Lightning's trainer calls ``save()`` after every ``log_metrics`` (every ``log_every_n_steps`` steps and at every
     epoch end), and each save opens the file to append a row. With one full-graph step per epoch (task=social) that
-    was ~8 % of the step: ``python -m seqattn.bench overhead --tasks social``, recipe / bare 1.29x -> 1.19x (three
-    alternations, 2026-12-07). Here the rows wait in memory and are written
+    was ~6 % of the step: ``python -m seqattn.bench overhead --tasks social``, recipe / bare 1.28x -> 1.20x (means of
+    7 and 8 runs, 2026-12-07; docs/benchmarks.md). Here the rows wait in memory and are written
 
     - at a ``save()`` once ``flush_seconds`` have passed since the last write (the first row at once);
     - before every ``last.ckpt`` (:class:`seqattn.training.callbacks.LastCheckpoint` calls :func:`flush_curves`),
