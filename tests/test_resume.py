@@ -165,10 +165,10 @@ def test_the_curve_logger_writes_lightnings_rows_every_flush_seconds_and_at_the_
     finalize; the file ends as Lightning's CSVLogger writes it. flush_seconds=0 writes at every save."""
     from lightning.pytorch.loggers import CSVLogger
 
-    from seqattn.training import resume
+    from seqattn.training import resume, throttle
 
     now = [100.0]
-    monkeypatch.setattr(resume.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(throttle.time, "monotonic", lambda: now[0])
     rows = [({"train/loss_step": 0.5 - step / 10, "epoch": 0}, step) for step in range(4)] + [
         ({"val/loss": 1.5, "epoch": 0}, 3)]  # a new column: the file is rewritten under it
 
@@ -206,7 +206,7 @@ def test_the_curve_logger_writes_lightnings_rows_every_flush_seconds_and_at_the_
         every.save()
         assert len(lines(tmp_path / "every")) - 1 == count  # no time passed: written at every save
     assert lines(tmp_path / "every") == lines(tmp_path / "plain")[:-1]
-    with pytest.raises(ValueError, match="flush_seconds must be >= 0 seconds .* got -1"):
+    with pytest.raises(ValueError, match="flush_seconds must be a number of seconds >= 0 .* got -1"):
         resume.CurveLogger(tmp_path, flush_seconds=-1)
 
 

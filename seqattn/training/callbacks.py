@@ -17,6 +17,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seqattn.training.checkpoint import atomic_torch_save
 from seqattn.training.resume import flush_curves
+from seqattn.training.throttle import Throttled
 
 log = logging.getLogger("seqattn.train")
 
@@ -280,25 +281,7 @@ def _detached_copy(obj: Any) -> Any:
     return obj
 
 
-class _Throttled:
-    """At most one write per ``min_seconds`` (>= 0; 0: no limit): ``_due()`` since the last ``_wrote()``."""
-
-    min_seconds: float = 0.0
-    _written: float | None = None  # time.monotonic() of the last write
-
-    def _set_min_seconds(self, value: float, zero_means: str) -> None:
-        if value is None or not value >= 0:
-            raise ValueError(f"min_seconds must be a number of seconds >= 0 (0: {zero_means}), got {value}")
-        self.min_seconds, self._written = float(value), None
-
-    def _due(self) -> bool:
-        return self._written is None or time.monotonic() - self._written >= self.min_seconds
-
-    def _wrote(self) -> None:
-        self._written = time.monotonic()
-
-
-class BestCheckpoint(_Throttled, ModelCheckpoint):
+class BestCheckpoint(Throttled, ModelCheckpoint):
     """``checkpoints/best.ckpt``: Lightning's ``ModelCheckpoint`` (``save_top_k=1``: the epoch with the best
     monitored value, or the latest without a monitor), written at most every ``min_seconds``.
 
@@ -358,7 +341,7 @@ class BestCheckpoint(_Throttled, ModelCheckpoint):
         self.write_pending(trainer)
 
 
-class LastCheckpoint(_Throttled, ModelCheckpoint):
+class LastCheckpoint(Throttled, ModelCheckpoint):
     """``checkpoints/last.ckpt`` at epoch ends and, with ``every_n_steps``, every N training steps too
     (mid-epoch), so a killed run loses at most N steps (``resume=PATH_TO_RUN``), and at the end of training.
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -43,6 +42,8 @@ from lightning.pytorch.loggers.csv_logs import CSVLogger, ExperimentWriter
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import DataLoader, RandomSampler
+
+from seqattn.training.throttle import Throttled
 
 log = logging.getLogger("seqattn.training.resume")
 
@@ -253,7 +254,7 @@ class AtomicCurveWriter(ExperimentWriter):
         _write_csv_atomically(path, fieldnames, rows)
 
 
-class CurveLogger(CSVLogger):
+class CurveLogger(Throttled, CSVLogger):
     """Lightning's ``CSVLogger`` (``csv/metrics.csv``, the same rows and columns), its rows written at most every
     ``flush_seconds`` instead of at every log call.
 
@@ -272,15 +273,16 @@ class CurveLogger(CSVLogger):
     """
 
     def __init__(self, *args: Any, flush_seconds: float = 5.0, **kwargs: Any) -> None:
-        if not flush_seconds >= 0:  # (NaN too)
-            raise ValueError(f"flush_seconds must be >= 0 seconds (0: write at every log call), got {flush_seconds}")
+        self._set_min_seconds(flush_seconds, "write at every log call", "flush_seconds")
         super().__init__(*args, **kwargs)
-        self.flush_seconds = float(flush_seconds)
-        self._written = float("-inf")
+
+    @property
+    def flush_seconds(self) -> float:
+        return self.min_seconds
 
     @rank_zero_only
     def save(self) -> None:
-        if time.monotonic() - self._written >= self.flush_seconds:
+        if self._due():
             self.flush()
 
     @rank_zero_only
@@ -288,7 +290,7 @@ class CurveLogger(CSVLogger):
         """Write the rows logged so far now (the clock of ``flush_seconds`` starts at a write of rows)."""
         if self._experiment is not None and self._experiment.metrics:
             super().save()
-            self._written = time.monotonic()
+            self._wrote()
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
