@@ -51,6 +51,7 @@ CASES: dict[str, str] = {
     "cora_pretrain_full": "pretrain",
     "spoken_words": "spoken_words",
     "fsdd": "fsdd",
+    "fsdd_ctc": "fsdd",
 }
 
 
@@ -108,8 +109,8 @@ class Result:
         return f"{mean:.4f} ± {sd:.4f}"
 
     def ratio(self) -> float | None:
-        if not self.seqattn or not self.reference:
-            return None
+        if not self.seqattn or not self.reference or statistics.fmean(self.reference) == 0:
+            return None  # (a reference that scored 0, e.g. a --quick run: no ratio)
         return statistics.fmean(self.seqattn) / statistics.fmean(self.reference)
 
     def row(self) -> str:

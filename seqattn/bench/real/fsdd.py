@@ -18,14 +18,26 @@ The reference is the same recipe with the log-mel CNN encoder (``model=logmel_cn
 split, features, augmentation and training length. Both sides run with ``cpu_threads=1`` (one intra-op
 thread: these small models gain little from a second thread and lose much when the machine is shared;
 see the performance issue). The case gives one table row per manifest.
+
+``fsdd_ctc``: the same recordings as **speech recognition with CTC** (``task=speech_ctc``): each clip's
+digit spelled out as its transcript (``7`` -> ``seven``, characters as tokens), so the model must emit the
+letters of the word it hears, in order, and decide how many. The case writes the manifests a user would
+write (``path,transcript,speaker,split``, absolute paths to the recordings) under its work folder and runs
+the recipe through its custom-data path (``tasks/speech_ctc/README.md``) against the same recipe with a
+two-layer BiLSTM encoder (``model=bilstm``: the classic CTC acoustic model) on the same split, features,
+augmentation and training length. The metric is the word accuracy (``test/seq_acc``: the decoded letters
+spell the right word); the notes give the character error rate (``test/ter``) of both sides.
 """
 
 from __future__ import annotations
 
+import csv
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seqattn.bench.real import Context, Result, breakdown, command_line, compare_seeds, recipe_reference
+from seqattn.bench.real import (Context, Result, breakdown, command_line, compare_seeds, recipe_reference,
+                                run_recipe)
 
 SEEDS = 3
 #: ``--quick`` (development): 1 seed and this many epochs on both sides
@@ -82,4 +94,80 @@ def case_fsdd(ctx: Context) -> Result:
         raise FileNotFoundError(f"no {', '.join(missing)}")
     first, *rest = [split_case(ctx, m, SPLITS[m.name]) for m in manifests]
     notes = "; ".join([first.notes] + [f"{r.dataset.split(',')[1].strip()}: `{r.command}`" for r in rest])
+    return SplitResults(**{**asdict(first), "notes": notes}, more=[asdict(r) for r in rest])
+
+
+#: FSDD's labels spelled out: the transcripts of ``fsdd_ctc``
+WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+#: ``fsdd_ctc``'s rows: the manifests of :data:`SPLITS` as CTC data (recognition, not classification)
+CTC_SPLITS = {
+    "manifest_official.csv": "FSDD recorded digits as speech recognition (CTC over the spelled word), official split",
+    "manifest_speakers.csv": "FSDD recorded digits as speech recognition (CTC over the spelled word), speakers jackson "
+                             "and theo held out",
+}
+#: both sides of ``fsdd_ctc``: the recipe's custom-data options for recorded words (tasks/speech_ctc/README.md)
+CTC_COMMON = ["task=speech_ctc", "data.tokens=characters", "cpu_threads=1"]
+#: the reference's encoder on the same recipe
+CTC_REFERENCE = ["model=bilstm"]
+CTC_REFERENCE_NAME = "BiLSTM CTC (model=bilstm, 2 layers; same features, augmentation and training length)"
+
+
+def spelled_manifest(folder: Path, name: str, work: Path) -> Path:
+    """``work/<stem>_spelled.csv``: FSDD's manifest ``name`` as a speech-recognition manifest, each clip's
+    digit spelled out as its transcript (``path,transcript,speaker,split``; absolute paths to ``folder``'s
+    recordings, which are not copied). A label that is not a digit 0-9 raises ``ValueError`` naming its line."""
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / f"{Path(name).stem}_spelled.csv"
+    with open(folder / name, newline="") as f, open(out, "w", newline="") as g:
+        w = csv.writer(g)
+        w.writerow(["path", "transcript", "speaker", "split"])
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            label = (row.get("label") or "").strip()
+            if label not in [str(d) for d in range(10)]:
+                raise ValueError(f"{folder / name}:{line}: label {label!r} is not a digit 0-9")
+            w.writerow([str((folder / row["path"]).resolve()), WORDS[int(label)], row["speaker"], row["split"]])
+    return out
+
+
+def ctc_split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
+    """One manifest as CTC data: per seed the recipe and the BiLSTM, each through the user's command."""
+    spelled = spelled_manifest(manifest.parent, manifest.name, ctx.work)
+    short = ctx.choose([], [f"trainer.max_epochs={QUICK_EPOCHS}"])  # --quick: both sides
+    ours = [CTC_COMMON[0], f"data.manifest={spelled}", *CTC_COMMON[1:], *short]
+    ref = [*ours, *CTC_REFERENCE]
+    sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra,
+                  quick=ctx.quick, first_seed=ctx.first_seed)
+    ref_ter: list[float] = []
+
+    def reference(seed: int) -> float:
+        metrics, _ = run_recipe(ref + [f"seed={seed}", *sub.extra], sub.work / f"bilstm_{seed}")
+        ref_ter.append(metrics["test/ter"])
+        return metrics["test/seq_acc"]
+
+    seqattn, seq_s, bilstm, ref_s = compare_seeds(sub, f"fsdd_ctc {manifest.stem}", ours, ctx.choose(SEEDS, 1),
+                                                  reference, "BiLSTM", key="test/seq_acc")
+    ours_ter = [m["test/ter"] for m, _ in sub.runs]
+    notes = [ctx.choose("", f"QUICK: 1 seed, {QUICK_EPOCHS} epochs"),
+             f"character error rate (test/ter): seqattn {_mean_sd(ours_ter)}, BiLSTM {_mean_sd(ref_ter)}",
+             f"reference: {command_line(ref)}", breakdown(sub.runs)]
+    return Result(dataset, "test word accuracy (seq_acc)", False, seqattn, bilstm, CTC_REFERENCE_NAME, seq_s, ref_s,
+                  command_line(ours), notes="; ".join(filter(None, notes)))
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.4f}"
+
+
+def case_fsdd_ctc(ctx: Context) -> Result:
+    """Both manifests of ``<data>/fsdd`` as speech recognition (CTC); a missing folder or manifest raises
+    ``FileNotFoundError`` (the suite then skips the case, saying why)."""
+    folder = ctx.data / "fsdd"
+    manifests = [folder / name for name in CTC_SPLITS]
+    missing = [str(m) for m in manifests if not m.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no {', '.join(missing)}")
+    first, *rest = [ctc_split_case(ctx, m, CTC_SPLITS[m.name]) for m in manifests]
+    notes = "; ".join([first.notes] + [f"speakers held out: `{r.command}` ({r.notes})" for r in rest])
     return SplitResults(**{**asdict(first), "notes": notes}, more=[asdict(r) for r in rest])
