@@ -35,6 +35,7 @@ import csv
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from seqattn.bench.real import (Context, Result, breakdown, command_line, compare_seeds, recipe_reference,
                                 run_recipe)
@@ -84,17 +85,24 @@ def split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
                   command_line(ours), notes="; ".join(filter(None, notes)))
 
 
-def case_fsdd(ctx: Context) -> Result:
-    """Both manifests of ``<data>/fsdd``; a missing folder or manifest raises ``FileNotFoundError`` (the
-    suite then skips the case, saying why)."""
+def each_manifest(ctx: Context, splits: dict[str, str], one: Callable[[Context, Path, str], Result],
+                  more_note: Callable[[Result], str]) -> SplitResults:
+    """``one(ctx, manifest, row label)`` for each manifest of ``splits`` in ``<data>/fsdd``, as one result whose
+    notes add ``more_note`` of each row after the first; a missing folder or manifest raises
+    ``FileNotFoundError`` (the suite then skips the case, saying why)."""
     folder = ctx.data / "fsdd"
-    manifests = [folder / name for name in SPLITS]
+    manifests = [folder / name for name in splits]
     missing = [str(m) for m in manifests if not m.is_file()]
     if missing:
         raise FileNotFoundError(f"no {', '.join(missing)}")
-    first, *rest = [split_case(ctx, m, SPLITS[m.name]) for m in manifests]
-    notes = "; ".join([first.notes] + [f"{r.dataset.split(',')[1].strip()}: `{r.command}`" for r in rest])
+    first, *rest = [one(ctx, m, splits[m.name]) for m in manifests]
+    notes = "; ".join([first.notes] + [more_note(r) for r in rest])
     return SplitResults(**{**asdict(first), "notes": notes}, more=[asdict(r) for r in rest])
+
+
+def case_fsdd(ctx: Context) -> Result:
+    """Both manifests of ``<data>/fsdd`` (:func:`each_manifest`)."""
+    return each_manifest(ctx, SPLITS, split_case, lambda r: f"{r.dataset.split(',')[1].strip()}: `{r.command}`")
 
 
 #: FSDD's labels spelled out: the transcripts of ``fsdd_ctc``
@@ -161,13 +169,5 @@ def _mean_sd(values: list[float]) -> str:
 
 
 def case_fsdd_ctc(ctx: Context) -> Result:
-    """Both manifests of ``<data>/fsdd`` as speech recognition (CTC); a missing folder or manifest raises
-    ``FileNotFoundError`` (the suite then skips the case, saying why)."""
-    folder = ctx.data / "fsdd"
-    manifests = [folder / name for name in CTC_SPLITS]
-    missing = [str(m) for m in manifests if not m.is_file()]
-    if missing:
-        raise FileNotFoundError(f"no {', '.join(missing)}")
-    first, *rest = [ctc_split_case(ctx, m, CTC_SPLITS[m.name]) for m in manifests]
-    notes = "; ".join([first.notes] + [f"speakers held out: `{r.command}` ({r.notes})" for r in rest])
-    return SplitResults(**{**asdict(first), "notes": notes}, more=[asdict(r) for r in rest])
+    """Both manifests of ``<data>/fsdd`` as speech recognition (CTC; :func:`each_manifest`)."""
+    return each_manifest(ctx, CTC_SPLITS, ctc_split_case, lambda r: f"speakers held out: `{r.command}` ({r.notes})")
