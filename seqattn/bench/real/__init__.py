@@ -85,6 +85,13 @@ class Context:
         return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}..{seeds[-1]}"
 
 
+def mean_sd(values: list[float]) -> str:
+    """``"0.9522 ± 0.0084"`` (the sample standard deviation; ± 0 for one value), ``"–"`` for none."""
+    if not values:
+        return "–"
+    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.4f}"
+
+
 @dataclass
 class Result:
     dataset: str
@@ -101,12 +108,6 @@ class Result:
     #: (the reference's wall column times its training inside the bench's process, imports already done)
     reference_imports: tuple[str, ...] = ()
 
-    def _stat(self, values: list[float]) -> str:
-        if not values:
-            return "–"
-        mean = statistics.fmean(values)
-        sd = statistics.stdev(values) if len(values) > 1 else 0.0
-        return f"{mean:.4f} ± {sd:.4f}"
 
     def ratio(self) -> float | None:
         if not self.seqattn or not self.reference or statistics.fmean(self.reference) == 0:
@@ -116,8 +117,8 @@ class Result:
     def row(self) -> str:
         ratio = self.ratio()
         target = ("lower is better" if self.lower_is_better else "higher is better")
-        return (f"| {self.dataset} | {self.metric} ({target}) | {self._stat(self.seqattn)} (n={len(self.seqattn)}) | "
-                f"{self.reference_name}: {self._stat(self.reference)} (n={len(self.reference)}) | "
+        return (f"| {self.dataset} | {self.metric} ({target}) | {mean_sd(self.seqattn)} (n={len(self.seqattn)}) | "
+                f"{self.reference_name}: {mean_sd(self.reference)} (n={len(self.reference)}) | "
                 f"{'–' if ratio is None else f'{ratio:.3f}'} | {statistics.fmean(self.seqattn_seconds or [0]):.0f} s | "
                 f"{statistics.fmean(self.reference_seconds or [0]):.0f} s |")
 
@@ -215,10 +216,15 @@ def compare_seeds(ctx: "Context", label: str, overrides: list[str], seeds: int, 
     return ours, ours_s, ref, ref_s
 
 
-def recipe_reference(ctx: "Context", overrides: list[str], name: str, key: str = "test/acc") -> Callable[[int], float]:
-    """A reference that is itself a recipe run (``overrides`` + ``seed=``): its metric ``key`` (metrics.json)."""
+def recipe_reference(ctx: "Context", overrides: list[str], name: str, key: str = "test/acc",
+                     runs: list[dict] | None = None) -> Callable[[int], float]:
+    """A reference that is itself a recipe run (``overrides`` + ``seed=``): its metric ``key`` (metrics.json); each
+    run's whole metrics.json is appended to ``runs`` when given (for the notes' other metrics)."""
     def run_seed(seed: int) -> float:
-        return run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"{name}_{seed}")[0][key]
+        metrics = run_recipe(overrides + [f"seed={seed}", *ctx.extra], ctx.work / f"{name}_{seed}")[0]
+        if runs is not None:
+            runs.append(metrics)
+        return metrics[key]
 
     return run_seed
 

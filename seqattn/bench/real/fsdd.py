@@ -32,13 +32,12 @@ spell the right word); the notes give the character error rate (``test/ter``) of
 from __future__ import annotations
 
 import csv
-import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from seqattn.bench.real import (Context, Result, breakdown, command_line, compare_seeds, recipe_reference,
-                                run_recipe)
+from seqattn.bench.real import (Context, Result, breakdown, command_line, compare_seeds, mean_sd,
+                                recipe_reference)
 
 SEEDS = 3
 #: ``--quick`` (development): 1 seed and this many epochs on both sides
@@ -145,27 +144,16 @@ def ctc_split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
     ref = [*ours, *CTC_REFERENCE]
     sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra,
                   quick=ctx.quick, first_seed=ctx.first_seed)
-    ref_ter: list[float] = []
-
-    def reference(seed: int) -> float:
-        metrics, _ = run_recipe(ref + [f"seed={seed}", *sub.extra], sub.work / f"bilstm_{seed}")
-        ref_ter.append(metrics["test/ter"])
-        return metrics["test/seq_acc"]
-
-    seqattn, seq_s, bilstm, ref_s = compare_seeds(sub, f"fsdd_ctc {manifest.stem}", ours, ctx.choose(SEEDS, 1),
-                                                  reference, "BiLSTM", key="test/seq_acc")
-    ours_ter = [m["test/ter"] for m, _ in sub.runs]
+    ref_runs: list[dict] = []  # the BiLSTM runs' metrics.json, for their character error rate
+    seqattn, seq_s, bilstm, ref_s = compare_seeds(
+        sub, f"fsdd_ctc {manifest.stem}", ours, ctx.choose(SEEDS, 1),
+        recipe_reference(sub, ref, "bilstm", "test/seq_acc", runs=ref_runs), "BiLSTM", key="test/seq_acc")
+    ours_ter, ref_ter = [m["test/ter"] for m, _ in sub.runs], [m["test/ter"] for m in ref_runs]
     notes = [ctx.choose("", f"QUICK: 1 seed, {QUICK_EPOCHS} epochs"),
-             f"character error rate (test/ter): seqattn {_mean_sd(ours_ter)}, BiLSTM {_mean_sd(ref_ter)}",
+             f"character error rate (test/ter): seqattn {mean_sd(ours_ter)}, BiLSTM {mean_sd(ref_ter)}",
              f"reference: {command_line(ref)}", breakdown(sub.runs)]
     return Result(dataset, "test word accuracy (seq_acc)", False, seqattn, bilstm, CTC_REFERENCE_NAME, seq_s, ref_s,
                   command_line(ours), notes="; ".join(filter(None, notes)))
-
-
-def _mean_sd(values: list[float]) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.4f}"
 
 
 def case_fsdd_ctc(ctx: Context) -> Result:
