@@ -158,6 +158,20 @@ def test_logmel_and_mfcc_are_the_framed_power_spectrum_written_out():
     torch.testing.assert_close(mfcc[0].double(), torch.from_numpy(want), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("sr", [8000, 16000])
+def test_power_spectrum_is_torchaudios_spectrogram(sr):
+    """The STFT power as ``re² + im²`` (the fast path) equals torchaudio's ``Spectrogram(power=2)`` (``|z|²``) on a
+    batch, and the log-mel built on it equals torchaudio's ``MelSpectrogram`` end to end."""
+    f = AudioFeatures(sr, 25.0, 10.0, "logmel", n_mels=40, f_max=4000.0, normalize=False)
+    wav = torch.randn(3, sr // 2, generator=torch.Generator().manual_seed(1)) * torch.tensor([[1.0], [0.01], [30.0]])
+    want = f.mel.spectrogram(wav)  # [3, K, F]
+    got = f.power_spectrum(wav)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    logmel, _ = f(wav)
+    torch.testing.assert_close(logmel, torch.log(f.mel(wav) + 1e-6).transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
 def test_mel_band_f_max_drops_energy_above_it():
     """With ``f_max=4000`` a 6 kHz tone at 16 kHz leaves the log-mel features near the noise floor, while a
     1 kHz tone shows; without ``f_max`` (Nyquist) the 6 kHz tone shows too. The filters are the written-out
