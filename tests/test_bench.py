@@ -154,11 +154,12 @@ def test_structure_cells_come_from_the_core_and_the_modality_folders(monkeypatch
         structure.cells()
 
 
-@pytest.mark.parametrize("suite,cells", [("dropout", 5), ("conv", 4)])
+@pytest.mark.parametrize("suite,cells", [("dropout", 5), ("conv", 4), ("audio", 4)])
 def test_switch_suites_tiny(tmp_path, suite, cells):
-    """``bench dropout`` / ``bench conv``: every cell measured on both sides, the table written where asked, the
-    switch left on."""
+    """``bench dropout`` / ``bench conv`` / ``bench audio``: every cell measured on both sides, the table written
+    where asked, the switch left on."""
     from seqattn.core import conv, dropout
+    from seqattn.modalities.audio import features
 
     out = tmp_path / f"{suite}.md"
     assert main([suite, "--repeats", "10", "--out", str(out)]) == 0
@@ -168,7 +169,7 @@ def test_switch_suites_tiny(tmp_path, suite, cells):
         off_ms, on_ms, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])
         assert float(off_ms) > 0 and float(on_ms) > 0
         assert float(ratio.rstrip("×")) == pytest.approx(float(off_ms) / float(on_ms), rel=0.02)
-    assert dropout.ENABLED and conv.CHANNELS_LAST
+    assert dropout.ENABLED and conv.CHANNELS_LAST and features.FAST_POWER
 
 
 def test_recipes_step_variants_take_precision_and_dropout_switches_only():
@@ -233,3 +234,30 @@ def test_fused_sdpa_backends_are_named_from_their_aten_ops():
     assert fused_sdpa_backend(str(aten._scaled_dot_product_flash_attention_for_cpu.default)) == "flash"
     assert fused_sdpa_backend(str(aten._scaled_dot_product_cudnn_attention_backward.default)) is None
     assert fused_sdpa_backend(str(aten.mm.default)) is None
+
+
+def test_audio_suite_switch_selects_torchaudios_power_on_the_off_side(monkeypatch):
+    """``bench audio``'s off side runs torchaudio's ``Spectrogram`` (the path it is compared against), its on side
+    seqattn's; each side's step computes the same features to within float rounding."""
+    import torch
+    import torchaudio
+
+    from seqattn.bench import audio
+    from seqattn.modalities.audio import features
+
+    calls = []
+    original = torchaudio.transforms.Spectrogram.forward
+    monkeypatch.setattr(torchaudio.transforms.Spectrogram, "forward",
+                        lambda self, w: calls.append(1) or original(self, w))
+    f = features.AudioFeatures(16000, 25.0, 10.0, "logmel", n_mels=40, f_max=4000.0)
+    wav, lengths = audio._batch(16000, 4, 0.2)
+    try:
+        audio._switch(False)
+        off = f(wav, lengths)[0]
+        assert len(calls) == 1
+        audio._switch(True)
+        on = f(wav, lengths)[0]
+        assert len(calls) == 1
+    finally:
+        features.FAST_POWER = True
+    torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-4)

@@ -19,6 +19,8 @@ found at run time (a module or sub-package without both is a helper, e.g. ``meas
   per call and in a whole encoder training step;
 - ``conv`` (:mod:`seqattn.bench.conv`): ``nn.Conv1d`` on ``[N, L, C]`` tokens vs :mod:`seqattn.core.conv`'s
   channels-last route, per layer and in a whole encoder training step;
+- ``audio`` (:mod:`seqattn.bench.audio`): torchaudio's STFT power (``abs(z)²``) vs seqattn's (``re² + im²``),
+  in the audio adapter's log-mel features and in a whole speech_ctc training step;
 - ``overhead`` (:mod:`seqattn.bench.overhead`): every recipe's Lightning loop against a bare PyTorch
   loop on the same network and batches (the framework's cost per step, the progress bar's).
 

@@ -27,6 +27,9 @@ from seqattn.modalities.audio.manifest import check_complete_wav
 log = logging.getLogger("seqattn.modalities.audio.features")
 
 FEATURES = ("raw", "logmel", "mfcc")
+#: the STFT power as ``re² + im²`` (:meth:`AudioFeatures.power_spectrum`); False: torchaudio's ``Spectrogram``
+#: (``|z|²``), the other side of ``python -m seqattn.bench audio``
+FAST_POWER = True
 _LOG_EPS = 1e-6
 _STD_EPS = 1e-5
 
@@ -245,6 +248,8 @@ class AudioFeatures(nn.Module):
         bin) and squares it, ~4x this whole function's time on CPU (the recipes' batches, one thread), equal to
         within float rounding (``tests/modalities/audio/test_features.py``)."""
         s = self.mel.spectrogram
+        if not FAST_POWER:
+            return s(waveform)
         z = torch.stft(waveform, s.n_fft, hop_length=s.hop_length, win_length=s.win_length,
                        window=s.window.to(waveform.dtype), center=s.center, pad_mode=s.pad_mode,
                        normalized=False, onesided=s.onesided, return_complex=True)  # [B, K, F] complex
