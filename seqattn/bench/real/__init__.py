@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -72,6 +72,11 @@ class Context:
     #: ``--first-seed``: the seeds run are ``first_seed, first_seed + 1, ...`` (to add seeds to an earlier run)
     first_seed: int = 0
 
+    def sub(self, work: Path) -> "Context":
+        """The same settings with scratch folder ``work`` and its own (empty) list of timed runs: one row's part
+        of a case that gives several rows."""
+        return replace(self, work=work, runs=[])
+
     def choose(self, full, quick):
         """``quick`` under ``--quick``, else ``full`` (a case's seed count, epochs, reference settings)."""
         return quick if self.quick else full
@@ -107,7 +112,6 @@ class Result:
     #: the modules the reference imports: its start-up as a command of its own is measured beside the table
     #: (the reference's wall column times its training inside the bench's process, imports already done)
     reference_imports: tuple[str, ...] = ()
-
 
     def ratio(self) -> float | None:
         if not self.seqattn or not self.reference or statistics.fmean(self.reference) == 0:

@@ -74,8 +74,7 @@ def split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
     """One manifest: per seed the recipe and the log-mel CNN, each through the user's command."""
     short = ctx.choose([], [f"trainer.max_epochs={QUICK_EPOCHS}"])  # --quick: both sides
     ours, cnn = run_overrides(manifest, "attention") + short, run_overrides(manifest, "logmel_cnn") + short
-    sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra,
-                  quick=ctx.quick, first_seed=ctx.first_seed)
+    sub = ctx.sub(ctx.work / manifest.stem)
     seqattn, seq_s, ref, ref_s = compare_seeds(sub, f"fsdd {manifest.stem}", ours, ctx.choose(SEEDS, 1),
                                                recipe_reference(sub, cnn, "logmel_cnn"), "log-mel CNN")
     notes = [ctx.choose("", f"QUICK: 1 seed, {QUICK_EPOCHS} epochs"), f"reference: {command_line(cnn)}",
@@ -142,8 +141,7 @@ def ctc_split_case(ctx: Context, manifest: Path, dataset: str) -> Result:
     short = ctx.choose([], [f"trainer.max_epochs={QUICK_EPOCHS}"])  # --quick: both sides
     ours = [CTC_COMMON[0], f"data.manifest={spelled}", *CTC_COMMON[1:], *short]
     ref = [*ours, *CTC_REFERENCE]
-    sub = Context(data=ctx.data, work=ctx.work / manifest.stem, seeds=ctx.seeds, log=ctx.log, extra=ctx.extra,
-                  quick=ctx.quick, first_seed=ctx.first_seed)
+    sub = ctx.sub(ctx.work / manifest.stem)
     ref_runs: list[dict] = []  # the BiLSTM runs' metrics.json, for their character error rate
     seqattn, seq_s, bilstm, ref_s = compare_seeds(
         sub, f"fsdd_ctc {manifest.stem}", ours, ctx.choose(SEEDS, 1),

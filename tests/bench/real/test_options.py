@@ -86,3 +86,14 @@ def test_karates_second_reference_runs_the_same_later_seeds(tmp_path, monkeypatc
     ctx = real.Context(data=tmp_path, work=tmp_path, seeds=2, log=lambda msg: None, first_seed=2)
     cora_case.case_karate4(ctx)
     assert gcn_seeds == [("gcn", 2), ("gcn", 3)]
+
+
+def test_a_sub_context_keeps_every_setting_and_times_its_own_runs(tmp_path):
+    """A case with one row per manifest gives each row ``ctx.sub(folder)``: the seeds, quick mode, first seed and
+    overrides of the case, its own folder, and an empty list of timed runs (a row's breakdown is its own)."""
+    ctx = real.Context(data=tmp_path, work=tmp_path / "w", seeds=2, log=print, extra=["a=1"], quick=True, first_seed=3)
+    ctx.runs.append(({}, 1.0))
+    sub = ctx.sub(tmp_path / "w" / "row")
+    settings = (sub.data, sub.seeds, sub.log, sub.extra, sub.quick, sub.first_seed)
+    assert settings == (tmp_path, 2, print, ["a=1"], True, 3)
+    assert sub.work == tmp_path / "w" / "row" and sub.runs == [] and ctx.runs == [({}, 1.0)]
