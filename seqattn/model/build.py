@@ -12,6 +12,7 @@ No Hydra here: ``_target_`` is resolved with :func:`locate`, so a checkpoint reb
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Mapping
 
 _RESERVED = ("_target_", "_partial_", "_convert_", "_recursive_", "_args_")
@@ -74,7 +75,29 @@ def build_part(cfg: Mapping[str, Any] | Any, spec: Any = None, where: str = "par
     try:
         return target(**kwargs)
     except TypeError as err:
-        raise ValueError(f"cannot build {where} {cfg['_target_']}: {err}") from None
+        raise ValueError(f"cannot build {where} {cfg['_target_']}: {err}{_foreign_keys_hint(target, kwargs, where)}") \
+            from None
+
+
+def _foreign_keys_hint(target: Any, kwargs: Mapping[str, Any], where: str) -> str:
+    """What to do when a part's config has keys its class does not take: Hydra merges two config groups'
+    settings of one part key by key (``task=speech_ctc model=stem_transformer``: the task's
+    ``TimeSubsampling`` and the model's ``SpectrogramStem`` in ``net.subsample``)."""
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return ""
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return ""
+    taken = {p.name for p in params}
+    extra = sorted(k for k in kwargs if k not in taken)
+    if not extra:
+        return ""
+    path = "net" if where == "net" else f"net.{where}"
+    name = getattr(target, "__name__", str(target))
+    return (f". {path} has keys {name} does not take: {extra}. Two config groups that both set {path} (a task's "
+            f"and a model's) merge key by key; keep one part: set {path}._target_ to the class you want and delete "
+            f"the other's keys on the command line, e.g. '~{path}.{extra[0]}'")
 
 
 def build_network(cfg: Mapping[str, Any] | Any, spec: Any = None) -> Any:

@@ -29,7 +29,8 @@ its scale, and, with ``gamma > 1``, easy tokens down-weighted.
 
 The loss is a mean over hidden tokens (the epoch loss weights each batch by them). Validation and
 test hide positions chosen by a hash of each sequence's targets and ``eval_seed``
-(:func:`content_scores`): the same every epoch, and the same whatever the batch size, the batch
+(:func:`content_scores`; regression targets by each position's largest feature, so that float rounding
+does not move them): the same every epoch, and the same whatever the batch size, the batch
 order or the number of processes, so ``val/loss`` compares epochs and a DDP test equals a
 one-process test; training draws from the global generator (seeded by the run). A batch may carry
 ``score_mask [B, L]`` bool: the positions this process scores. Positions are hidden as without it,
@@ -78,10 +79,20 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 def content_scores(targets: TokenTargets, seed: int = 0) -> torch.Tensor:
     """``[B, L]`` float64 in ``[0, 1)``: a deterministic score per position from a hash of the position,
-    ``seed`` and the sequence's maskable targets (regression values quantised to 2^-16), so the same
-    sequence gets the same scores in any batch."""
+    ``seed`` and the sequence's maskable targets, so the same sequence gets the same scores in any batch.
+
+    ``class`` and ``binary`` targets are hashed value by value (they are exact). ``regression`` targets
+    (audio frames, image patches: floats that another CPU, BLAS or torch build rounds differently in the
+    last bits) are hashed by each position's largest feature's index (a frame's loudest mel bin, a patch's
+    brightest pixel value's place): float rounding (~1e-6) changes it only where two features tie to
+    within it. The key before 2026-12-07 (every value quantised to 2^-16) moved the hidden positions of
+    nearly every clip under such rounding, so the same model was scored on another sample. A single
+    regression feature (``F = 1``) gives no content key: sequences with the same maskable positions then
+    hide the same ones."""
     values = targets.values
-    if targets.kind in ("regression", "binary"):
+    if targets.kind == "regression":
+        key = values.argmax(-1)  # [B, L]
+    elif targets.kind == "binary":
         q = torch.round(values.double() * 65536).long()  # [B, L, F]
         f = torch.arange(q.shape[-1], device=q.device)
         key = _mix(q + f * 1_000_003).sum(-1)  # [B, L]

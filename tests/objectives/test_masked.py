@@ -11,7 +11,7 @@ from torch import nn
 
 from seqattn.core.tokens import Tokens
 from seqattn.model.protocols import AdapterBase, TargetLayout, TokenTargets
-from seqattn.objectives.masked import MaskedModelling, choose_hidden
+from seqattn.objectives.masked import MaskedModelling, choose_hidden, content_scores
 
 V, D = 12, 16
 
@@ -151,6 +151,22 @@ def test_evaluation_hides_the_same_positions_in_any_batch_and_training_draws_ane
     assert torch.equal(model(reordered)["hide"], first.flip(0)[:3, :width])
     model.train()
     assert not all(torch.equal(model(batch)["hide"], first) for _ in range(3))
+
+
+def test_evaluation_hides_the_same_frames_when_regression_targets_move_by_float_rounding():
+    """Log-mel frames computed by another BLAS differ by ~1e-6: the evaluation sample must not move."""
+    g = torch.Generator().manual_seed(0)
+    b, length, f = 64, 100, 40
+    values = 6 + 2 * torch.randn(b, length, f, generator=g)  # [B, L, F] like log-mel frames
+    maskable = torch.arange(length).unsqueeze(0) < torch.randint(20, length + 1, (b, 1), generator=g)  # [B, L]
+    nudged = values + (torch.rand(values.shape, generator=g) - 0.5) * 1e-5  # |change| <= 5e-6
+    hide = [choose_hidden(maskable, 0.3, scores=content_scores(TokenTargets("regression", v, maskable, f), seed=3))
+            for v in (values, nudged)]
+    assert torch.equal(hide[0], hide[1])
+    # still a draw per sequence, not one pattern for every sequence of a length
+    full = choose_hidden(torch.ones(b, length, dtype=torch.bool), 0.3,
+                         scores=content_scores(TokenTargets("regression", values, torch.ones(b, length, dtype=torch.bool), f)))
+    assert len({tuple(row.nonzero().flatten().tolist()) for row in full}) == b
 
 
 @pytest.mark.parametrize("kind", ["class", "regression", "binary"])
