@@ -79,6 +79,10 @@ def build_part(cfg: Mapping[str, Any] | Any, spec: Any = None, where: str = "par
             from None
 
 
+#: where each part of :func:`build_network` sits in a run's config (``conf/config.yaml``: ``net.adapter: ${adapter}``, ...)
+_CONFIG_PATH = {"adapter": "adapter", "encoder": "model", "head": "head", "subsample": "net.subsample", "net": "net"}
+
+
 def _foreign_keys_hint(target: Any, kwargs: Mapping[str, Any], where: str) -> str:
     """What to do when a part's config has keys its class does not take: Hydra merges two config groups'
     settings of one part key by key (``task=speech_ctc model=stem_transformer``: the task's
@@ -93,7 +97,7 @@ def _foreign_keys_hint(target: Any, kwargs: Mapping[str, Any], where: str) -> st
     extra = sorted(k for k in kwargs if k not in taken)
     if not extra:
         return ""
-    path = "net" if where == "net" else f"net.{where}"
+    path = _CONFIG_PATH.get(where, where)
     name = getattr(target, "__name__", str(target))
     return (f". {path} has keys {name} does not take: {extra}. Two config groups that both set {path} (a task's "
             f"and a model's) merge key by key; keep one part: set {path}._target_ to the class you want and delete "

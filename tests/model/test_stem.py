@@ -82,24 +82,3 @@ def test_time_factor_merges_frames_after_the_cnn_and_a_padded_batch_still_equals
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=r"factor must be an int >= 1"):
             SpectrogramStem(16, time_factor=bad)
-
-
-def test_a_task_and_a_model_that_both_set_the_subsample_name_the_merged_keys_and_the_way_out(tmp_path):
-    """task=speech_ctc's net.subsample (TimeSubsampling) and model=stem_transformer's (SpectrogramStem) merge key by
-    key: the error names the keys the class does not take and the command-line deletions that keep one part."""
-    from omegaconf import OmegaConf
-
-    from seqattn.model.build import build_part
-    from tests.workflows import QUIET, compose
-
-    def subsample(extra):
-        cfg = compose(["task=speech_ctc", "model=stem_transformer", *extra] + QUIET, tmp_path / "run", tmp_path / "d")
-        return OmegaConf.to_container(cfg.net.subsample, resolve=True)
-
-    with pytest.raises(ValueError, match=r"net.subsample has keys TimeSubsampling does not take: \['channels', "
-                                         r"'dilations', 'freq_out', 'kernel_size', 'time_factor', 'time_mode'\].*"
-                                         r"'~net.subsample.channels'"):
-        build_part(subsample([]), None, "subsample")
-    stem = build_part(subsample(["net.subsample._target_=seqattn.model.stem.SpectrogramStem", "~net.subsample.factor",
-                                 "~net.subsample.mode"]), None, "subsample")
-    assert isinstance(stem, SpectrogramStem) and stem.time.factor == 2

@@ -164,8 +164,8 @@ def test_evaluation_hides_the_same_frames_when_regression_targets_move_by_float_
             for v in (values, nudged)]
     assert torch.equal(hide[0], hide[1])
     # still a draw per sequence, not one pattern for every sequence of a length
-    full = choose_hidden(torch.ones(b, length, dtype=torch.bool), 0.3,
-                         scores=content_scores(TokenTargets("regression", values, torch.ones(b, length, dtype=torch.bool), f)))
+    every = torch.ones(b, length, dtype=torch.bool)
+    full = choose_hidden(every, 0.3, scores=content_scores(TokenTargets("regression", values, every, f)))
     assert len({tuple(row.nonzero().flatten().tolist()) for row in full}) == b
 
 
