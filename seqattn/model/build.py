@@ -79,7 +79,7 @@ def build_part(cfg: Mapping[str, Any] | Any, spec: Any = None, where: str = "par
             from None
 
 
-#: where each part of :func:`build_network` sits in a run's config (``conf/config.yaml``: ``net.adapter: ${adapter}``, ...)
+#: where each part of :func:`build_network` sits in a run's config (conf/config.yaml: ``net.adapter: ${adapter}``)
 _CONFIG_PATH = {"adapter": "adapter", "encoder": "model", "head": "head", "subsample": "net.subsample", "net": "net"}
 
 

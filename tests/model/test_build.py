@@ -27,5 +27,6 @@ def test_a_task_and_a_model_that_both_set_the_subsample_name_the_merged_keys_and
 
 def test_the_merged_keys_hint_names_the_option_a_user_types_for_each_part():
     """``net.encoder`` is ``${model}`` in a run's config: the encoder's stray keys are deleted as ``~model.<key>``."""
-    with pytest.raises(ValueError, match=r"model has keys SpectrogramStem does not take: \['factor'\].*'~model.factor'"):
+    with pytest.raises(ValueError,
+                       match=r"model has keys SpectrogramStem does not take: \['factor'\].*'~model.factor'"):
         build_part({"_target_": "seqattn.model.stem.SpectrogramStem", "dim": 8, "factor": 3}, None, "encoder")

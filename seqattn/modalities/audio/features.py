@@ -246,8 +246,8 @@ class AudioFeatures(nn.Module):
         """``[B, T]`` -> ``[B, n_fft // 2 + 1, F]`` power spectra, what ``self.mel.spectrogram`` (torchaudio's
         ``Spectrogram(power=2)``) computes, as ``re² + im²`` of the STFT: torchaudio takes ``|z|`` (a hypot per
         bin) and squares it; the log-mel features are 1.2-2.7x faster this way on CPU (``python -m seqattn.bench
-        audio``), equal within float rounding (``tests/modalities/audio/test_adapter.py``). Rounding still differs:
-        masked-frame pretraining's evaluation hides frames by a hash of these values (tasks/speech_pretrain)."""
+        audio``), equal within float rounding (``tests/modalities/audio/test_adapter.py``); masked-frame pretraining's
+        evaluation sample does not depend on that rounding (:func:`seqattn.objectives.masked.content_scores`)."""
         s = self.mel.spectrogram
         if not FAST_POWER:
             return s(waveform)
