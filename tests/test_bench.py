@@ -154,7 +154,7 @@ def test_structure_cells_come_from_the_core_and_the_modality_folders(monkeypatch
         structure.cells()
 
 
-@pytest.mark.parametrize("suite,cells", [("dropout", 5), ("conv", 4), ("audio", 4)])
+@pytest.mark.parametrize("suite,cells", [("dropout", 5), ("conv", 4 + 3), ("audio", 4)])
 def test_switch_suites_tiny(tmp_path, suite, cells):
     """``bench dropout`` / ``bench conv`` / ``bench audio``: every cell measured on both sides, the table written
     where asked, the switch left on."""
@@ -169,7 +169,7 @@ def test_switch_suites_tiny(tmp_path, suite, cells):
         off_ms, on_ms, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])
         assert float(off_ms) > 0 and float(on_ms) > 0
         assert float(ratio.rstrip("×")) == pytest.approx(float(off_ms) / float(on_ms), rel=0.02)
-    assert dropout.ENABLED and conv.CHANNELS_LAST and features.FAST_POWER
+    assert dropout.ENABLED and conv.CHANNELS_LAST and conv.DEPTHWISE_GRAD and features.FAST_POWER
 
 
 def test_recipes_step_variants_take_precision_and_dropout_switches_only():

@@ -4,8 +4,12 @@
 recipes' 1-d convolutions alone, at their shapes (the encoder's depthwise convolution on a mean LinES batch
 and on an FSDD batch, the character CNN on a LinES batch's distinct words), and one whole training step of
 the LinES tagging encoder (:func:`seqattn.bench.dropout.tagging_encoder_step` at width 64, 64 sentences of
-up to 22 words: LinES' mean padded batch) with :data:`seqattn.core.conv.CHANNELS_LAST` off and on. The two
-sides alternate within every round; the table gives the median per call and their ratio.
+up to 22 words: LinES' mean padded batch) with :data:`seqattn.core.conv.CHANNELS_LAST` off and on (the
+depthwise backward off on both sides: the layout alone). A second table times oneDNN's backward of the
+depthwise convolutions against seqattn's (:data:`seqattn.core.conv.DEPTHWISE_GRAD` off and on, channels-last on
+both sides): speech_cls's and speech_ctc's layers at their FSDD shapes, and a training step of an encoder with
+speech_ctc's convolution module (width 96, 3 layers, kernel 15, 32 clips of up to 27 tokens). The two sides
+alternate within every round; the tables give the median per call and their ratio.
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ CELLS = (
     ("character CNN, kernel 3: a LinES batch's distinct words (480 × 16 characters, 16 -> 128)",
      {"in_channels": 16, "out_channels": 128, "kernel_size": 3, "padding": 1}, (480, 16, 16)),
 )
+#: (cell, nn.Conv1d arguments, input [N, L, C_in]) of the depthwise-backward table
+DEPTHWISE_CELLS = (
+    ("depthwise, kernel 7: speech_cls on FSDD (32 clips × 50 tokens × 96)",
+     {"in_channels": 96, "out_channels": 96, "kernel_size": 7, "padding": 3, "groups": 96}, (32, 50, 96)),
+    ("depthwise, kernel 15: speech_ctc on FSDD (32 clips × 27 tokens × 96)",
+     {"in_channels": 96, "out_channels": 96, "kernel_size": 15, "padding": 7, "groups": 96}, (32, 27, 96)),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,14 +64,38 @@ def _switch(enabled: bool) -> None:
     fast.CHANNELS_LAST = enabled
 
 
+def _switch_depthwise(enabled: bool) -> None:
+    fast.DEPTHWISE_GRAD = enabled
+
+
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
+    steps = max(10, args.repeats // 10)
     rows = []
-    for name, kwargs, shape in CELLS:
-        slow, quick = switch_side_by_side(lambda k=kwargs, s=shape: _conv_call(k, s), _switch, args.repeats)
-        rows.append((f"{name}, forward + backward", slow, quick))
-    step = functools.partial(tagging_encoder_step, dim=64, batch=64, length=22)
-    slow, quick = switch_side_by_side(step, _switch, max(10, args.repeats // 10))
-    rows.append(("tagging encoder training step (64 wide, 3 layers, conv 3, 64×22 words)", slow, quick))
-    switch_table(args, "conv", "nn.Conv1d", "seqattn channels-last", rows)
+    fast.DEPTHWISE_GRAD = False  # the first table: the layout alone
+    try:
+        for name, kwargs, shape in CELLS:
+            slow, quick = switch_side_by_side(lambda k=kwargs, s=shape: _conv_call(k, s), _switch, args.repeats)
+            rows.append((f"{name}, forward + backward", slow, quick))
+        step = functools.partial(tagging_encoder_step, dim=64, batch=64, length=22)
+        slow, quick = switch_side_by_side(step, _switch, steps)
+        rows.append(("tagging encoder training step (64 wide, 3 layers, conv 3, 64×22 words)", slow, quick))
+    finally:
+        fast.DEPTHWISE_GRAD = True
+    out, args.out = args.out, None  # both tables go to the file, one after the other
+    try:
+        layout = switch_table(args, "conv", "nn.Conv1d", "seqattn channels-last", rows)
+        rows = []
+        for name, kwargs, shape in DEPTHWISE_CELLS:
+            slow, quick = switch_side_by_side(lambda k=kwargs, s=shape: _conv_call(k, s), _switch_depthwise,
+                                              args.repeats)
+            rows.append((f"{name}, forward + backward", slow, quick))
+        step = functools.partial(tagging_encoder_step, dim=96, batch=32, length=27, conv_kernel=15, dropout=0.1)
+        slow, quick = switch_side_by_side(step, _switch_depthwise, steps)
+        rows.append(("encoder training step (96 wide, 3 layers, conv 15, 32×27 tokens)", slow, quick))
+        depthwise = switch_table(args, "conv", "oneDNN depthwise backward", "seqattn depthwise backward", rows)
+    finally:
+        args.out = out
+    if out is not None:
+        out.write_text(layout + "\n\n" + depthwise + "\n")
     return 0

@@ -35,13 +35,14 @@ def _dropout_call(shape):
     return step
 
 
-def tagging_encoder_step(dim: int = 96, batch: int = 32, length: int = 24):
+def tagging_encoder_step(dim: int = 96, batch: int = 32, length: int = 24, conv_kernel: int = 3,
+                         dropout: float = 0.3):
     """One training step (forward, backward, AdamW) of a tagging encoder: width ``dim``, 3 layers, 4 heads,
-    rotary positions, the convolution module (kernel 3), dropout 0.3, ``batch`` sentences of up to ``length``
-    words (at least half of it) and 17 tags. Seeded: the same step for every side of a comparison."""
+    rotary positions, the convolution module (``conv_kernel`` wide), ``dropout``, ``batch`` sentences of up to
+    ``length`` words (at least half of it) and 17 tags. Seeded: the same step for every side of a comparison."""
     from seqattn.core import Encoder
     torch.manual_seed(0)
-    encoder = Encoder(dim, 3, 4, ff_mult=2, dropout=0.3, positional="rotary", conv_kernel=3)
+    encoder = Encoder(dim, 3, 4, ff_mult=2, dropout=dropout, positional="rotary", conv_kernel=conv_kernel)
     head = torch.nn.Linear(dim, 17)
     optimizer = torch.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=1e-3)
     lengths = torch.randint(length // 2, length + 1, (batch,))
