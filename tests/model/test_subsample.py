@@ -37,6 +37,23 @@ def test_stack_concatenates_neighbouring_frames_then_projects():
     assert out.mask.tolist() == [[True, True, True]]
 
 
+@pytest.mark.parametrize("factor", [2, 3])
+def test_conv_is_the_strided_convolution_of_the_docstring(factor):
+    """conv: kernel 2k-1, stride k, zero padding k-1 over the frames (values and gradients of nn.Conv1d's)."""
+    torch.manual_seed(0)
+    layer = TimeSubsampling(6, factor, "conv")
+    x = torch.randn(2, 10, 6, requires_grad=True)
+    out = layer(Tokens(x=x)).x
+    g = -(-10 // factor)
+    want = torch.nn.functional.conv1d(x.transpose(1, 2), layer.proj.weight, layer.proj.bias, stride=factor,
+                                      padding=factor - 1)[..., :g].transpose(1, 2)
+    torch.testing.assert_close(out, want)
+    grad = torch.randn(want.shape)
+    got = torch.autograd.grad(out, [x, layer.proj.weight], grad)
+    for a, b in zip(got, torch.autograd.grad(want, [x, layer.proj.weight], grad)):
+        torch.testing.assert_close(a, b)
+
+
 def test_factor_one_is_the_identity_and_bad_arguments_are_refused():
     tokens = Tokens(x=torch.randn(2, 5, 4))
     assert TimeSubsampling(4, 1)(tokens) is tokens
