@@ -68,34 +68,31 @@ def _switch_depthwise(enabled: bool) -> None:
     fast.DEPTHWISE_GRAD = enabled
 
 
+def _layer_rows(cells, switch, repeats: int) -> list[tuple[str, float, float]]:
+    """One row per ``(cell, nn.Conv1d arguments, input shape)``: forward + backward with ``switch`` off and on."""
+    return [(f"{name}, forward + backward", *switch_side_by_side(lambda k=kwargs, s=shape: _conv_call(k, s), switch,
+                                                                 repeats))
+            for name, kwargs, shape in cells]
+
+
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     steps = max(10, args.repeats // 10)
-    rows = []
     fast.DEPTHWISE_GRAD = False  # the first table: the layout alone
     try:
-        for name, kwargs, shape in CELLS:
-            slow, quick = switch_side_by_side(lambda k=kwargs, s=shape: _conv_call(k, s), _switch, args.repeats)
-            rows.append((f"{name}, forward + backward", slow, quick))
+        rows = _layer_rows(CELLS, _switch, args.repeats)
         step = functools.partial(tagging_encoder_step, dim=64, batch=64, length=22)
-        slow, quick = switch_side_by_side(step, _switch, steps)
-        rows.append(("tagging encoder training step (64 wide, 3 layers, conv 3, 64×22 words)", slow, quick))
+        rows.append(("tagging encoder training step (64 wide, 3 layers, conv 3, 64×22 words)",
+                     *switch_side_by_side(step, _switch, steps)))
     finally:
         fast.DEPTHWISE_GRAD = True
-    out, args.out = args.out, None  # both tables go to the file, one after the other
-    try:
-        layout = switch_table(args, "conv", "nn.Conv1d", "seqattn channels-last", rows)
-        rows = []
-        for name, kwargs, shape in DEPTHWISE_CELLS:
-            slow, quick = switch_side_by_side(lambda k=kwargs, s=shape: _conv_call(k, s), _switch_depthwise,
-                                              args.repeats)
-            rows.append((f"{name}, forward + backward", slow, quick))
-        step = functools.partial(tagging_encoder_step, dim=96, batch=32, length=27, conv_kernel=15, dropout=0.1)
-        slow, quick = switch_side_by_side(step, _switch_depthwise, steps)
-        rows.append(("encoder training step (96 wide, 3 layers, conv 15, 32×27 tokens)", slow, quick))
-        depthwise = switch_table(args, "conv", "oneDNN depthwise backward", "seqattn depthwise backward", rows)
-    finally:
-        args.out = out
-    if out is not None:
-        out.write_text(layout + "\n\n" + depthwise + "\n")
+    printed = argparse.Namespace(**{**vars(args), "out": None})  # both tables go to the file, one after the other
+    layout = switch_table(printed, "conv", "nn.Conv1d", "seqattn channels-last", rows)
+    rows = _layer_rows(DEPTHWISE_CELLS, _switch_depthwise, args.repeats)
+    step = functools.partial(tagging_encoder_step, dim=96, batch=32, length=27, conv_kernel=15, dropout=0.1)
+    rows.append(("encoder training step (96 wide, 3 layers, conv 15, 32×27 tokens)",
+                 *switch_side_by_side(step, _switch_depthwise, steps)))
+    depthwise = switch_table(printed, "conv", "oneDNN depthwise backward", "seqattn depthwise backward", rows)
+    if args.out is not None:
+        args.out.write_text(layout + "\n\n" + depthwise + "\n")
     return 0

@@ -63,8 +63,7 @@ class _DepthwiseConv(torch.autograd.Function):
         # the sums in float32 at least (bf16 autocast: the output's gradient is bf16), as oneDNN's backward does
         g = grad.float() if grad.dtype in (torch.bfloat16, torch.float16) else grad
         if ctx.needs_input_grad[0]:  # the transposed convolution: the kernel flipped, padded by d (K - 1) - p
-            grad_x = _conv_positions(grad, weight.flip(-1).to(grad.dtype), None, 1, d * (size - 1) - p, d,
-                                     x.shape[-1])
+            grad_x = _conv_positions(grad, weight.flip(-1), None, 1, d * (size - 1) - p, d, x.shape[-1])
         if ctx.needs_input_grad[1]:  # dW[c, 0, k] = sum over n, l of grad[n, l, c] · x_padded[n, l + d k, c]
             padded = F.pad(x, (0, 0, p, p)).to(g.dtype)
             grad_w = torch.stack([(g * padded[:, k * d:k * d + span]).sum((0, 1)) for k in range(size)], 1)

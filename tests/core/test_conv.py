@@ -49,6 +49,11 @@ def test_a_wrong_layout_is_named():
         conv1d_positions(conv, torch.randn(7, 4))
 
 
+def _served(out):
+    """Whether seqattn's depthwise backward computes ``out``'s gradient."""
+    return type(out.grad_fn).__name__ == "_DepthwiseConvBackward"
+
+
 def _depthwise(kernel, padding, dilation=1, bias=True, channels=6):
     torch.manual_seed(0)
     return nn.Conv1d(channels, channels, kernel, padding=padding, dilation=dilation, groups=channels, bias=bias)
@@ -64,7 +69,7 @@ def test_depthwise_backward_equals_onednn_s(kernel, padding, dilation, bias):
     conv = _depthwise(kernel, padding, dilation, bias)
     x = torch.randn(3, 13, 6, requires_grad=True)
     out = conv1d_positions(conv, x)
-    assert type(out.grad_fn).__name__ == "_DepthwiseConvBackward"  # seqattn's backward serves it
+    assert _served(out)
     ref = conv(x.transpose(1, 2)).transpose(1, 2)
     weight = torch.randn(ref.shape)
     want = torch.autograd.grad((ref * weight).sum(), [x, *conv.parameters()])
@@ -94,7 +99,7 @@ def test_depthwise_backward_under_bf16_autocast_keeps_float32_gradients():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = conv1d_positions(conv, x)
         ref = conv(x.transpose(1, 2)).transpose(1, 2)
-    assert type(out.grad_fn).__name__ == "_DepthwiseConvBackward" and out.dtype == ref.dtype == torch.bfloat16
+    assert _served(out) and out.dtype == ref.dtype == torch.bfloat16
     grad_out = torch.randn(out.shape).to(torch.bfloat16)
     got = torch.autograd.grad(out, [x, conv.weight, conv.bias], grad_out)
     want = torch.autograd.grad(ref, [x, conv.weight, conv.bias], grad_out)
@@ -109,8 +114,8 @@ def test_depthwise_backward_under_bf16_autocast_keeps_float32_gradients():
 def test_small_kernels_strides_and_the_switch_keep_onednn_s_backward(monkeypatch):
     x = torch.randn(2, 11, 6, requires_grad=True)
     for conv in (_depthwise(3, 1), nn.Conv1d(6, 6, 7, padding=3, stride=2, groups=6), nn.Conv1d(6, 6, 7, padding=3)):
-        assert type(conv1d_positions(conv, x).grad_fn).__name__ != "_DepthwiseConvBackward"
+        assert not _served(conv1d_positions(conv, x))
     with torch.no_grad():  # nothing to differentiate: the plain forward
         assert conv1d_positions(_depthwise(7, 3), x).grad_fn is None
     monkeypatch.setattr(conv_module, "DEPTHWISE_GRAD", False)
-    assert type(conv1d_positions(_depthwise(7, 3), x).grad_fn).__name__ != "_DepthwiseConvBackward"
+    assert not _served(conv1d_positions(_depthwise(7, 3), x))
