@@ -47,7 +47,7 @@ from seqattn.training.quiet import quiet_known_noise
 from seqattn.training.resume import (RunFolder, atomic_curves, continue_curves, finished_run, keep_previous_metrics,
                                     resumable_train_loader, resume_config)
 from seqattn.training.sweep import record_failure
-from seqattn.training.threads import LoadProbe, ThreadChoice, choose_threads, parse_setting
+from seqattn.training.threads import LoadProbe, ThreadChoice, choose_threads, parse_setting, parse_split_from
 from seqattn.training.time_budget import TimeBudget, check_seconds
 
 log = logging.getLogger("seqattn.run")
@@ -285,15 +285,16 @@ def check_lengths(model: L.LightningModule, datamodule: L.LightningDataModule) -
 
 
 def apply_threads(setting: Any, model: torch.nn.Module, load: LoadProbe | None = None,
-                  resumed: dict[str, Any] | None = None) -> ThreadChoice:
+                  resumed: dict[str, Any] | None = None, split_from: Any = None) -> ThreadChoice:
     """Set torch's intra-op threads from ``cpu_threads`` (:mod:`seqattn.training.threads`) and log the
     count and why in one INFO line. ``load``: the probe started with the run (other processes' load);
-    ``resumed``: the choice the resumed run recorded (its ``run_plan.json``), kept under ``auto``."""
+    ``resumed``: the choice the resumed run recorded (its ``run_plan.json``), kept under ``auto``;
+    ``split_from``: ``cpu_threads_split_from`` (None: the module's default)."""
     parsed = parse_setting(setting)
     default = torch.get_num_threads() if parsed is None else _TORCH_DEFAULT_THREADS  # null: left as it is
     other = load.other_load if load is not None else None  # measured only when the choice needs it
     choice = choose_threads(setting, sum(p.numel() for p in model.parameters()), default, os.cpu_count() or 1, other,
-                            resumed)
+                            resumed, split_from)
     if parsed is not None:
         torch.set_num_threads(choice.threads)
     log.info("%s%s", choice.describe(), " (kept from the resumed run's run_plan.json)"
@@ -347,6 +348,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     set_fast_dropout(cfg.get("fast_dropout", True))
     parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
+    parse_split_from(cfg.get("cpu_threads_split_from"))
     parse_compile(cfg.get("compile"))
     _budget_seconds(cfg)  # budget.seconds: before any data is read
     _batch_scale(cfg)  # budget.batch_scale: likewise
@@ -374,7 +376,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     model = build_objective(cfg, datamodule, plan)
     check_lengths(model, datamodule)
     resumed_threads = plan.threads if cfg.get("resume") else None  # auto: a resumed run keeps its count
-    plan = replace(plan, threads=apply_threads(cfg.get("cpu_threads"), model, load, resumed_threads).to_dict())
+    plan = replace(plan, threads=apply_threads(cfg.get("cpu_threads"), model, load, resumed_threads,
+                                                 cfg.get("cpu_threads_split_from")).to_dict())
     finetune = apply_finetune(model, finetune_options(cfg))  # init_from / freeze / finetune.pretrained_lr_mult
     distill = apply_distill(model, distill_options(cfg))  # distill.teacher / temperature / alpha
     compiled = compile_encoder(model.net, cfg.get("compile"))  # compile=inductor: torch.compile of the encoder

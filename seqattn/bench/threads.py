@@ -11,7 +11,8 @@ not the start-up, take most of the time of the slow recipes.
 
 The table has each arm's wall seconds (the whole command, start-up included), the ratios that the
 thread choice is judged by, and what ``cpu_threads=auto`` picks in each condition: the
-:func:`seqattn.training.threads.choose_threads` decision for the network's parameter count and the
+:func:`seqattn.training.threads.choose_threads` decision for the network's parameter count (and the
+task's ``cpu_threads_split_from``) and the
 other processes' load measured during that condition's runs (from ``/proc/stat``, this bench's and
 the run's own CPU time taken out), with the time of the arm it picks. The goal (issue 20): ``auto``
 alone at most the time of torch's default (all cores) alone, and ``auto`` beside the busy process
@@ -42,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from seqattn.bench.measure import TERMINAL_ENV, write_report
 from seqattn.configs import task_names
@@ -110,8 +113,9 @@ def _children_cpu() -> float:
 
 def run_one(task: str, threads: str, condition: str, args: argparse.Namespace, steps: int | None = None) -> dict[str, Any]:
     """One whole command, timed: wall seconds, the run's own CPU seconds, the other processes' load
-    (busy cores) while it ran, and its parameter count (metrics.json). ``steps``: the bounded run's
-    training steps (default ``args.steps``)."""
+    (busy cores) while it ran, its parameter count (metrics.json) and its ``cpu_threads_split_from``
+    (config.yaml: from which parameter count ``auto`` splits ops; a task may set its own). ``steps``: the
+    bounded run's training steps (default ``args.steps``)."""
     run_dir = Path(args.work_dir).resolve() / task / f"{condition}-{threads}"
     cmd = [sys.executable, "-m", "seqattn.run", f"task={task}", f"cpu_threads={threads}",
            *bounded(args.steps if steps is None else steps), *args.overrides, f"hydra.run.dir={run_dir}"]
@@ -133,8 +137,13 @@ def run_one(task: str, threads: str, condition: str, args: argparse.Namespace, s
         metrics = json.loads((run_dir / "metrics.json").read_text())
     except (OSError, ValueError):
         metrics = {}
+    try:
+        split_from = OmegaConf.load(run_dir / "config.yaml").get("cpu_threads_split_from")
+    except (OSError, ValueError):
+        split_from = None
     return {"task": task, "threads": threads, "condition": condition, "status": status, "wall_s": wall,
             "cpu_s": cpu, "other_load": other, "parameters": metrics.get("parameters"),
+            "split_from": split_from,
             "fit_s": metrics.get("fit_seconds"), "command": shlex.join(cmd), "error": tail}
 
 
@@ -152,14 +161,18 @@ def _load(results: list[dict[str, Any]], task: str, condition: str) -> float | N
 
 def auto_pick(results: list[dict[str, Any]], task: str, condition: str, default_threads: int,
               cpus: int) -> int | None:
-    """What ``cpu_threads=auto`` picks for ``task`` in ``condition``: the choice for its parameter count
-    and the other load measured in that condition (None without a parameter count)."""
+    """What ``cpu_threads=auto`` picks for ``task`` in ``condition``: the choice for its parameter count, its
+    ``cpu_threads_split_from`` (the default where the run did not say) and the other load measured in that
+    condition (None without a parameter count)."""
     from seqattn.training.threads import choose_threads
 
     params = next((r["parameters"] for r in results if r["task"] == task and r["parameters"]), None)
     if params is None:
         return None
-    return choose_threads("auto", int(params), default_threads, cpus, _load(results, task, condition)).threads
+    split_from = next((r.get("split_from") for r in results if r["task"] == task and r.get("split_from") is not None),
+                      None)
+    return choose_threads("auto", int(params), default_threads, cpus, _load(results, task, condition),
+                          split_from=split_from).threads
 
 
 def _fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:

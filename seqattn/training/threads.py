@@ -8,11 +8,11 @@ machine shared with other jobs (issue 20), where one thread keeps a fair share.
 
 ``cpu_threads`` (conf/config.yaml):
 
-- ``auto`` (the default): **1** thread when the network has fewer than :data:`SMALL_MODEL_PARAMETERS`
-  parameters (its ops are too small to split), else one thread per core that other processes left
-  free while the run read its data and built its model (measured from ``/proc/stat``: the machine's
-  busy CPU time minus this process's own), at most torch's default (one per physical core, or
-  ``OMP_NUM_THREADS``) and at least 1;
+- ``auto`` (the default): **1** thread when the network has fewer than ``cpu_threads_split_from``
+  parameters (:data:`SMALL_MODEL_PARAMETERS` unless a task sets its own: its ops are too small to
+  split), else one thread per core that other processes left free while the run read its data and
+  built its model (measured from ``/proc/stat``: the machine's busy CPU time minus this process's
+  own), at most torch's default (one per physical core, or ``OMP_NUM_THREADS``) and at least 1;
 - ``N`` (an integer >= 1): exactly N threads (the override);
 - ``null``: torch's default, untouched (what seqattn did before ``auto``).
 
@@ -34,9 +34,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-#: networks below this many parameters train on one thread under ``cpu_threads=auto``: at the recipes'
-#: sizes (100k-280k parameters, batches of 32-64) this separates those measured slower at 2 threads even
-#: alone (molecule, 137k) from those measured faster (text_cls, 230k: 66 s at 2 threads vs 87 s at 1)
+#: networks below this many parameters train on one thread under ``cpu_threads=auto`` (the default of
+#: ``cpu_threads_split_from``): it separates the molecule network (137k), measured slower at 2 threads even
+#: alone, from text_cls (230k: 66 s at 2 threads vs 87 s at 1). The parameter count is a proxy for the work
+#: of a step: a task whose batches are large for its network (image, the pretraining recipes of images,
+#: molecules and graphs: measured faster at 2 threads alone, docs/benchmarks.md) sets 0 in its config
 SMALL_MODEL_PARAMETERS = 200_000
 #: a thread is given a core only when this much of it is free (other processes' load below 1 - this)
 FREE_CORE = 0.5
@@ -77,9 +79,21 @@ def parse_setting(value: Any) -> int | str | None:
     return count
 
 
+def parse_split_from(value: Any) -> int:
+    """``cpu_threads_split_from`` as given -> an int >= 0 (None: :data:`SMALL_MODEL_PARAMETERS`); ``ValueError``
+    naming the value otherwise."""
+    if value is None:
+        return SMALL_MODEL_PARAMETERS
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise ValueError(f"cpu_threads_split_from must be an integer >= 0 (a parameter count), got {value!r}")
+
+
 def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: int,
                    other_load: Callable[[], float | None] | float | None,
-                   resumed: dict[str, Any] | None = None) -> ThreadChoice:
+                   resumed: dict[str, Any] | None = None, split_from: Any = None) -> ThreadChoice:
     """The intra-op thread count of a run.
 
     Args:
@@ -93,8 +107,11 @@ def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: in
         resumed: the choice recorded by the run being resumed (``run_plan.json``'s ``threads``; None for a
             new run): under ``auto`` it is returned as it was (count, reason, load seen), so a resumed run's
             plan equals its first part's.
+        split_from: ``cpu_threads_split_from``: under ``auto``, a network with fewer parameters gets one thread
+            (None: :data:`SMALL_MODEL_PARAMETERS`; 0: every network is split over the free cores).
     """
     parsed = parse_setting(setting)
+    split_from = parse_split_from(split_from)
     shown = "null" if parsed is None else str(parsed)
     if parsed is None:
         return ThreadChoice(default_threads, "cpu_threads=null: torch's default", shown)
@@ -103,10 +120,10 @@ def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: in
     earlier = (resumed or {}).get("threads")
     if isinstance(earlier, int) and not isinstance(earlier, bool) and earlier >= 1:  # the recorded choice, as it was
         return ThreadChoice(earlier, str(resumed.get("reason") or "cpu_threads=auto"), shown, resumed.get("other_load"))
-    if parameters < SMALL_MODEL_PARAMETERS:
+    if parameters < split_from:
         return ThreadChoice(1, f"cpu_threads=auto: {parameters / 1e3:.1f}k parameters < "
-                               f"{SMALL_MODEL_PARAMETERS / 1e3:.0f}k, ops too small to split over threads; "
-                               "cpu_threads=N to choose", shown)
+                               f"{split_from / 1e3:.0f}k (cpu_threads_split_from), ops too small to split over "
+                               "threads; cpu_threads=N to choose", shown)
     if callable(other_load):
         other_load = other_load()
     if other_load is not None:
@@ -117,7 +134,8 @@ def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: in
     seen = "other processes' load not measured" if other_load is None else (
         f"other processes kept {load:.1f} of {cpus} CPUs busy at the start")
     why = ("one per free core" if count < default_threads else "torch's default, all cores free")
-    return ThreadChoice(count, f"cpu_threads=auto: {parameters / 1e3:.1f}k parameters, {seen}: {why}; "
+    return ThreadChoice(count, f"cpu_threads=auto: {parameters / 1e3:.1f}k parameters >= {split_from / 1e3:.0f}k "
+                               f"(cpu_threads_split_from), {seen}: {why}; "
                                "cpu_threads=N to choose", shown, other_load)
 
 

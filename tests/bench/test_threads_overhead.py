@@ -48,6 +48,14 @@ def test_threads_table_has_each_arm_its_ratios_and_what_auto_picks():
     assert mol["auto picks (alone/busy)"] == "1/1" and mol["2 thr busy s"] == "–" and mol["busy/alone 2 thr"] == "–"
     assert mol["auto alone / 2 thr alone"] == f"{12 / 14:.2f}x" and mol["auto busy / auto alone"] == f"{20.8 / 12:.2f}x"
     assert "molecule 0.00/1.90" in threads.format_loads(results)
+    # a small network whose task splits it anyway (cpu_threads_split_from=0 in its config.yaml): 2 alone, 1 busy
+    split = [{**_threads_result("image", t, c, w, 101_700, load), "split_from": 0}
+             for t, c, w, load in (("1", "alone", 17.5, 0.0), ("2", "alone", 14.9, 0.0), ("1", "busy", 24.0, 1.3),
+                                   ("2", "busy", 68.3, 1.0))]
+    _, (image,) = _table(threads.format_table(split, ["1", "2"], default_threads=2, cpus=2))
+    image = dict(zip(header, image))
+    assert image["auto picks (alone/busy)"] == "2/1" and image["auto alone / 2 thr alone"] == "1.00x"
+    assert image["auto busy / auto alone"] == f"{24.0 / 14.9:.2f}x"
 
 
 def test_threads_bounded_run_is_a_fixed_number_of_steps():
@@ -70,6 +78,7 @@ def test_threads_suite_tiny(tmp_path):
     assert [(c["condition"], c["threads"], c["status"]) for c in cells] == [
         ("warmup", "1", "ok"), ("alone", "1", "ok"), ("busy", "1", "ok")]
     assert all(c["wall_s"] > 0 and c["parameters"] > 0 and "cpu_threads=1" in c["command"] for c in cells)
+    assert all(c["split_from"] == 200_000 for c in cells)  # read back from each run's config.yaml
     assert "trainer.max_steps=2" in cells[0]["command"] and "not timed" in proc.stdout
     header, body = _table(proc.stdout)
     assert header[:4] == ["task", "parameters", "1 thr alone s", "1 thr busy s"] and body[0][0] == "text_cls"

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from seqattn.run import apply_threads
-from seqattn.training.threads import SMALL_MODEL_PARAMETERS, LoadProbe, choose_threads, parse_setting
+from seqattn.training.threads import (SMALL_MODEL_PARAMETERS, LoadProbe, choose_threads, parse_setting,
+                                     parse_split_from)
 
 SMALL, LARGE = SMALL_MODEL_PARAMETERS - 1, SMALL_MODEL_PARAMETERS
 
@@ -64,6 +65,36 @@ def test_a_bad_setting_is_refused_naming_it(bad):
         choose_threads(bad, LARGE, 2, 2, 0.0)
 
 
+@pytest.mark.parametrize("parameters, split_from, other, expected", [
+    (18_300, 0, 0.0, 2),             # social_pretrain's network (0 in its task config): both cores alone
+    (18_300, 0, 2.0, 1),             # ... and one beside a 2-thread matmul loop: the load still decides
+    (102_200, 100_000, 0.0, 2),      # at the threshold or above: split
+    (99_999, 100_000, 0.0, 1),       # below it: one thread, the threshold named
+    (LARGE, 300_000, 0.0, 1),        # a task may also raise it
+    (SMALL, None, 0.0, 1),           # None: SMALL_MODEL_PARAMETERS
+    (SMALL, "0", 0.0, 2),            # from a command line
+])
+def test_a_task_sets_from_which_size_auto_splits(parameters, split_from, other, expected):
+    choice = choose_threads("auto", parameters, 2, 2, other, split_from=split_from)
+    assert choice.threads == expected
+    threshold = SMALL_MODEL_PARAMETERS if split_from is None else int(split_from)
+    if parameters < threshold:
+        assert f"< {threshold / 1e3:.0f}k (cpu_threads_split_from), ops too small to split" in choice.reason
+    else:
+        assert "too small" not in choice.reason and f"kept {other:.1f} of 2 CPUs busy" in choice.reason
+        assert f">= {threshold / 1e3:.0f}k (cpu_threads_split_from)" in choice.reason
+    assert choose_threads(1, parameters, 2, 2, _never, split_from=split_from).threads == 1  # a count given wins
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "many", True, "-5"])
+def test_a_bad_split_from_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match=r"cpu_threads_split_from must be an integer >= 0 \(a parameter count\), got "
+                       + repr(bad)[:2]):
+        parse_split_from(bad)
+    with pytest.raises(ValueError, match="cpu_threads_split_from"):
+        choose_threads("auto", LARGE, 2, 2, 0.0, split_from=bad)
+
+
 def test_auto_on_a_resumed_run_keeps_the_recorded_count():
     recorded = {"threads": 2, "reason": "cpu_threads=auto: ...", "setting": "auto", "other_load": 0.1}
     for parameters in (SMALL, LARGE):  # whatever size and load would pick now
@@ -97,6 +128,8 @@ def test_apply_threads_sets_torch_and_logs_one_line(caplog):
         assert torch.get_num_threads() == 2
         torch.set_num_threads(1)
         assert apply_threads(None, large).threads == 1 and torch.get_num_threads() == 1  # null: left as it is
+        split = apply_threads("auto", small, split_from=0)  # load unknown (no probe): torch's default count
+        assert split.threads == torch.get_num_threads() >= 1 and "too small" not in split.reason
         json.dumps(choice.to_dict())  # recorded in run_plan.json
     finally:
         torch.set_num_threads(before)
@@ -111,11 +144,26 @@ def test_a_run_logs_its_thread_count_and_records_it_in_run_plan_json(tmp_path, c
     run_dir = tmp_path / "run"
     try:
         with caplog.at_level(logging.INFO, logger="seqattn.run"):
-            train(compose(TASKS["text_cls"].overrides + QUIET + ["trainer.max_epochs=1", "test=false"], run_dir,
+            train(compose(TASKS["text_cls"].overrides + QUIET + ["trainer.max_epochs=1", "test=false",
+                                                                  "cpu_threads_split_from=300000"], run_dir,
                           tmp_path / "data"))
     finally:
         torch.set_num_threads(before)
     threads = read_plan(run_dir).threads
     assert threads["setting"] == "auto" and threads["threads"] == 1  # the tests' tiny network
+    assert "< 300k (cpu_threads_split_from)" in threads["reason"]  # the config's threshold reached the choice
     assert f"cpu threads: 1 ({threads['reason']})" in caplog.text
     assert json.loads((run_dir / "run_plan.json").read_text())["threads"] == threads
+
+
+def test_a_bad_split_from_stops_a_run_before_its_data_is_read(tmp_path, monkeypatch):
+    import seqattn.run
+    from tests.workflows import QUIET, TASKS, compose
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data module was built before the bad value was refused")
+
+    monkeypatch.setattr(seqattn.run, "instantiate", no_data)
+    with pytest.raises(ValueError, match="cpu_threads_split_from must be an integer >= 0"):
+        seqattn.run.train(compose(TASKS["text_cls"].overrides + QUIET + ["cpu_threads_split_from=-3"],
+                                  tmp_path / "run", tmp_path / "data"))
