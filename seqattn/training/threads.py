@@ -62,19 +62,23 @@ class ThreadChoice:
         return asdict(self)
 
 
+def _count(value: Any) -> int | None:
+    """An int (not a bool) or a string of digits (a command line's) -> the int; anything else -> None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
 def parse_setting(value: Any) -> int | str | None:
     """``cpu_threads`` as given -> ``None`` (torch's default), ``"auto"`` or an int >= 1; ``ValueError`` otherwise."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("null", "none")):
         return None
     if isinstance(value, str) and value.strip().lower() == "auto":
         return "auto"
-    if isinstance(value, int) and not isinstance(value, bool):
-        count = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        count = int(value)
-    else:
-        count = 0
-    if count < 1:
+    count = _count(value)
+    if count is None or count < 1:
         raise ValueError(f"cpu_threads must be auto, null or an integer >= 1, got {value!r}")
     return count
 
@@ -84,11 +88,10 @@ def parse_split_from(value: Any) -> int:
     naming the value otherwise."""
     if value is None:
         return SMALL_MODEL_PARAMETERS
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    raise ValueError(f"cpu_threads_split_from must be an integer >= 0 (a parameter count), got {value!r}")
+    count = _count(value)
+    if count is None or count < 0:
+        raise ValueError(f"cpu_threads_split_from must be an integer >= 0 (a parameter count), got {value!r}")
+    return count
 
 
 def choose_threads(setting: Any, parameters: int, default_threads: int, cpus: int,
