@@ -6,8 +6,9 @@ thread count of ``--threads``: first alone, then beside **one busy process the c
 plain matmul loop on ``--busy-threads`` threads, the shape of a neighbour's training; killed after
 the task's busy runs). The bounded run is ``--steps`` training steps (one epoch of at most that many
 batches; a task with fewer batches per epoch trains more epochs), two validation and two test
-batches, no figures: short enough to time every recipe in a few minutes, long enough that the steps,
-not the start-up, take most of the time of the slow recipes.
+batches, no figures. The default, 150 steps, makes the steps (not the ~5 s of start-up) most of each
+command's time for every recipe: at 20 or 40 steps the start-up hid a 1.13-1.24x difference between the
+thread counts that 300 steps showed (docs/benchmarks.md, "Threads beside a busy process").
 
 The table has each arm's wall seconds (the whole command, start-up included), the ratios that the
 thread choice is judged by, and what ``cpu_threads=auto`` picks in each condition: the
@@ -64,7 +65,8 @@ while True:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {','.join(TASKS)}")
     parser.add_argument("--threads", default="1,2", help="comma-separated cpu_threads values to time")
-    parser.add_argument("--steps", type=int, default=20, help="training steps per run (the bounded run)")
+    parser.add_argument("--steps", type=int, default=150,
+                        help="training steps per run (the bounded run; below ~100 the start-up dominates)")
     parser.add_argument("--busy-threads", type=int, default=2, help="threads of the busy neighbour")
     parser.add_argument("--overrides", nargs="*", default=[], help="more overrides for every run")
     parser.add_argument("--work-dir", default="outputs/bench_threads", help="run directories go here")
