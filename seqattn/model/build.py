@@ -101,7 +101,7 @@ def _foreign_keys_hint(target: Any, kwargs: Mapping[str, Any], where: str) -> st
     name = getattr(target, "__name__", str(target))
     return (f". {path} has keys {name} does not take: {extra}. Two config groups that both set {path} (a task's "
             f"and a model's) merge key by key; keep one part: set {path}._target_ to the class you want and delete "
-            f"the other's keys on the command line, e.g. '~{path}.{extra[0]}'")
+            f"the other's keys on the command line; to keep {name}: {' '.join(f'~{path}.{k}' for k in extra)}")
 
 
 def build_network(cfg: Mapping[str, Any] | Any, spec: Any = None) -> Any:
