@@ -32,6 +32,18 @@ from seqattn.core.tokens import Tokens
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU}
 
 
+def _layer_indices(value: Sequence[int] | int | None, depth: int, name: str, meaning: str) -> list[int]:
+    """Distinct layer indices in ``[0, depth)`` from a list, one bare index (``3`` is ``[3]``) or None (``[]``);
+    anything else raises ``ValueError`` naming ``name``, the value and ``meaning``."""
+    if value is None:
+        return []
+    indices = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else [value]
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < depth for i in indices) or (
+            len(set(indices)) != len(indices)):
+        raise ValueError(f"{name} must be distinct layer indices in [0, depth={depth}) ({meaning}), got {value!r}")
+    return indices
+
+
 class FeedForward(nn.Sequential):
     """``[B, L, D] -> [B, L, D]``: Linear(D, mult·D), activation, dropout, Linear(mult·D, D)."""
 
@@ -192,10 +204,13 @@ class Encoder(nn.Module):
             ``x_{l+1} = (1 - α) layer(x_l) + α x_0``, with ``x_0`` the encoder's input (after its positional
             encoding), so every layer keeps a share of the input and deep stacks do not wash it out (a graph's
             over-smoothing). With one layer it only scales the layer's update. 0 = none (default).
-        conv_kernel: ``k > 0`` (odd): every layer gains Conformer's convolution module after its attention
-            (:class:`ConvModule`: a depthwise convolution ``k`` positions wide over the sequence), a local
-            prior beside attention's global view; sequences only (a graph batch, ``edge_index``, raises);
-            global tokens (``Tokens.num_global``, a CLS token) are left out of it. 0 = none (default).
+        conv_kernel: ``k > 0`` (odd): every layer (or those of ``conv_layers``) gains Conformer's convolution
+            module after its attention (:class:`ConvModule`: a depthwise convolution ``k`` positions wide over the
+            sequence), a local prior beside attention's global view; sequences only (a graph batch,
+            ``edge_index``, raises); global tokens (``Tokens.num_global``, a CLS token) are left out of it. 0 =
+            none (default).
+        conv_layers: indices ``0 <= i < depth`` of the layers that get the convolution module (one bare index is
+            one layer; ``()`` = none); None = every layer (default). Only with ``conv_kernel > 0``.
         pack_graphs: a padded graph batch planned onto the ``edge`` path (molecules) runs its layers on the
             real tokens only, ``[1, T, D]`` instead of ``[B, L, D]`` (:func:`~seqattn.core.plan.pack_edge_plan`):
             the same arithmetic for every real token, without the projections and feed-forward of the padding.
@@ -249,16 +264,10 @@ class Encoder(nn.Module):
         global_attention: float = 0.0,
         attn_dropout_mode: str = "weights",
         unmasked_layers: Sequence[int] | int | None = (),
+        conv_layers: Sequence[int] | int | None = None,
     ) -> None:
         super().__init__()
-        if unmasked_layers is None:
-            unmasked_layers = ()
-        unmasked = list(unmasked_layers) if isinstance(unmasked_layers, Sequence) and not isinstance(
-            unmasked_layers, str) else [unmasked_layers]  # one bare index (3) is [3]; anything else is refused below
-        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < depth for i in unmasked) or (
-                len(set(unmasked)) != len(unmasked)):
-            raise ValueError(f"unmasked_layers must be distinct layer indices in [0, depth={depth}) (the layers that "
-                             f"attend to every real token), got {unmasked_layers!r}")
+        unmasked = _layer_indices(unmasked_layers, depth, "unmasked_layers", "the layers that attend to every real token")
         if unmasked and kernel == "edge":
             raise ValueError("unmasked_layers attend to every real token, which the 'edge' kernel (graph edges only) "
                              "cannot compute; use kernel=sdpa or math")
@@ -280,6 +289,12 @@ class Encoder(nn.Module):
             raise ValueError(f"propagation_alpha must lie in [0, 1] (the teleport probability), got {propagation_alpha!r}")
         self.output_propagation, self.propagation_alpha = int(output_propagation), float(propagation_alpha)
         self.conv_kernel = int(conv_kernel)
+        # the layers with a convolution module (when conv_kernel > 0): every layer unless conv_layers names some
+        self.conv_layers = frozenset(range(depth) if conv_layers is None else _layer_indices(
+            conv_layers, depth, "conv_layers", "the layers with the convolution module; null = every layer"))
+        if conv_layers is not None and self.conv_layers and not self.conv_kernel:
+            raise ValueError(f"conv_layers={conv_layers!r} names layers for the convolution module, but conv_kernel=0 "
+                             f"(no module): set conv_kernel to an odd width, e.g. 15")
         if isinstance(initial_residual, bool) or not 0.0 <= float(initial_residual) <= 1.0:
             raise ValueError(f"initial_residual must lie in [0, 1] (the share of the encoder's input mixed back "
                              f"after every layer), got {initial_residual!r}")
@@ -313,10 +328,16 @@ class Encoder(nn.Module):
         self.edge_dim = int(edge_dim)
         self.layers = nn.ModuleList(
             EncoderLayer(dim, heads, ff_mult, dropout, attn_dropout, norm_first, kernel, activation, dim_k, dim_v,
-                         edge_dim, attn_scale, conv_kernel, self.global_attention, attn_dropout_mode)
-            for _ in range(depth)
+                         edge_dim, attn_scale, conv_kernel if i in self.conv_layers else 0, self.global_attention,
+                         attn_dropout_mode)
+            for i in range(depth)
         )
         self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
+
+    @property
+    def has_conv(self) -> bool:
+        """Whether any layer has the convolution module (``conv_kernel > 0`` and ``conv_layers`` not empty)."""
+        return bool(self.conv_kernel and self.conv_layers)
 
     @property
     def plan_options(self) -> PlanOptions:
@@ -407,7 +428,7 @@ class Encoder(nn.Module):
         if self.output_propagation and edge_index is None:
             raise ValueError(f"output_propagation={self.output_propagation} propagates over graph structure, but the "
                              "batch has no edge_index (Tokens.edge_index); set output_propagation=0 for it")
-        if self.conv_kernel and edge_index is not None:
+        if self.has_conv and edge_index is not None:
             raise ValueError(f"conv_kernel={self.conv_kernel} convolves over positions in order, but this batch is a "
                              "graph (Tokens.edge_index): its nodes have no order; set conv_kernel=0 for it")
         plain = None  # the plan of the unmasked layers: padding only
@@ -434,7 +455,7 @@ class Encoder(nn.Module):
             wanted = set()
         bias = None if self.relative_bias is None else self.relative_bias(x.shape[1], dtype=x.dtype)  # [1, H, L, L]
         conv_mask = mask  # [B, L]: what the convolution modules read; global tokens (CLS) have no place in the order
-        if self.conv_kernel and num_global:
+        if self.has_conv and num_global:
             conv_mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if mask is None else mask.clone()
             conv_mask[:, :num_global] = False
         packed = None

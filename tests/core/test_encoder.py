@@ -250,6 +250,43 @@ def test_conv_module_leaves_out_global_tokens():
     assert h.grad[0, 0].abs().sum() == 0  # the frames never read position 0
 
 
+def test_conv_layers_put_the_module_in_the_named_layers_only():
+    """conv_layers=[1]: layer 1 has the convolution module, layer 0 none; the output equals the layers run by hand
+    (layer 0 the plain layer, layer 1 with its module), and a graph batch is refused only while some layer convolves."""
+    torch.manual_seed(0)
+    enc = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", conv_kernel=3, conv_layers=[1]).eval()
+    assert enc.layers[0].conv is None and enc.layers[1].conv is not None
+    every = Encoder(16, depth=2, heads=4, dropout=0.0, positional="none", conv_kernel=3).eval()
+    assert all(layer.conv is not None for layer in every.layers) and every.conv_layers == {0, 1}
+    assert set(every.state_dict()) - set(enc.state_dict()) == {k for k in every.state_dict() if k.startswith(
+        "layers.0.") and "conv" in k}  # layer 0's module only
+    x, mask = _batch([6, 4])
+    out = enc(x, mask=mask)
+    by_hand = enc.norm(enc.layers[1](enc.layers[0](x, mask), mask)).masked_fill(~mask.unsqueeze(-1), 0.0)
+    torch.testing.assert_close(out, by_hand)
+    edges = torch.tensor([[0, 1], [1, 0]])
+    graph = Tokens(torch.randn(1, 2, 16), torch.ones(1, 2, dtype=torch.bool), edge_index=edges)
+    none = Encoder(16, 2, 4, positional="none", conv_kernel=3, conv_layers=[])
+    assert all(layer.conv is None for layer in none.layers)
+    none(graph)  # no layer convolves: a graph is fine
+    with pytest.raises(ValueError, match="conv_kernel=3 convolves over positions in order.*graph"):
+        enc(graph)
+
+
+@pytest.mark.parametrize("bad", [[2], [-1], [0, 0], [True], ["1"], "1", 1.0])
+def test_bad_conv_layers_are_refused_naming_the_value(bad):
+    with pytest.raises(ValueError, match=r"conv_layers must be distinct layer indices in \[0, depth=2\) \(the layers "
+                                         r"with the convolution module; null = every layer\), got"):
+        Encoder(16, 2, 4, conv_kernel=3, conv_layers=bad)
+
+
+def test_conv_layers_without_a_conv_kernel_are_refused():
+    with pytest.raises(ValueError, match=r"conv_layers=\[0\] names layers for the convolution module, but "
+                                         r"conv_kernel=0"):
+        Encoder(16, 2, 4, conv_layers=[0])
+    assert all(layer.conv is None for layer in Encoder(16, 2, 4, conv_layers=[]).layers)  # nothing named: fine
+
+
 def test_an_uneven_head_split_is_named_before_the_positional_encoding_sees_it():
     # 62 / 4 heads: the rotary encoding would otherwise complain about a head width of 15
     for positional in ("rotary", "sinusoidal", "none"):
