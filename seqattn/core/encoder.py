@@ -267,7 +267,8 @@ class Encoder(nn.Module):
         conv_layers: Sequence[int] | int | None = None,
     ) -> None:
         super().__init__()
-        unmasked = _layer_indices(unmasked_layers, depth, "unmasked_layers", "the layers that attend to every real token")
+        unmasked = _layer_indices(unmasked_layers, depth, "unmasked_layers",
+                                  "the layers that attend to every real token")
         if unmasked and kernel == "edge":
             raise ValueError("unmasked_layers attend to every real token, which the 'edge' kernel (graph edges only) "
                              "cannot compute; use kernel=sdpa or math")

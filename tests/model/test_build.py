@@ -18,8 +18,9 @@ def test_a_task_and_a_model_that_both_set_the_subsample_name_the_merged_keys_and
 
     with pytest.raises(ValueError, match=r"net.subsample has keys TimeSubsampling does not take: \['channels', "
                                          r"'dilations', 'freq_out', 'kernel_size', 'time_factor', 'time_mode'\].*"
-                                         r"to keep TimeSubsampling: ~net.subsample.channels ~net.subsample.dilations ~net.subsample.freq_out "
-                                         r"~net.subsample.kernel_size ~net.subsample.time_factor ~net.subsample.time_mode$"):
+                                         r"to keep TimeSubsampling: ~net.subsample.channels "
+                                         r"~net.subsample.dilations ~net.subsample.freq_out ~net.subsample.kernel_size "
+                                         r"~net.subsample.time_factor ~net.subsample.time_mode$"):
         build_part(subsample([]), None, "subsample")
     # the deletions as printed keep the task's part
     plain = build_part(subsample(["~net.subsample.channels", "~net.subsample.dilations", "~net.subsample.freq_out",
@@ -34,5 +35,6 @@ def test_a_task_and_a_model_that_both_set_the_subsample_name_the_merged_keys_and
 def test_the_merged_keys_hint_names_the_option_a_user_types_for_each_part():
     """``net.encoder`` is ``${model}`` in a run's config: the encoder's stray keys are deleted as ``~model.<key>``."""
     with pytest.raises(ValueError,
-                       match=r"model has keys SpectrogramStem does not take: \['factor'\].*to keep SpectrogramStem: ~model.factor$"):
+                       match=r"model has keys SpectrogramStem does not take: \['factor'\].*"
+                             r"to keep SpectrogramStem: ~model.factor$"):
         build_part({"_target_": "seqattn.model.stem.SpectrogramStem", "dim": 8, "factor": 3}, None, "encoder")
