@@ -348,7 +348,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     set_fast_dropout(cfg.get("fast_dropout", True))
     parse_setting(cfg.get("cpu_threads"))  # a bad value: before any data is read
-    parse_split_from(cfg.get("cpu_threads_split_from"))
+    split_from = parse_split_from(cfg.get("cpu_threads_split_from"))  # the same: checked once, used below
     parse_compile(cfg.get("compile"))
     _budget_seconds(cfg)  # budget.seconds: before any data is read
     _batch_scale(cfg)  # budget.batch_scale: likewise
@@ -377,7 +377,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_lengths(model, datamodule)
     resumed_threads = plan.threads if cfg.get("resume") else None  # auto: a resumed run keeps its count
     plan = replace(plan, threads=apply_threads(cfg.get("cpu_threads"), model, load, resumed_threads,
-                                                 cfg.get("cpu_threads_split_from")).to_dict())
+                                                 split_from).to_dict())
     finetune = apply_finetune(model, finetune_options(cfg))  # init_from / freeze / finetune.pretrained_lr_mult
     distill = apply_distill(model, distill_options(cfg))  # distill.teacher / temperature / alpha
     compiled = compile_encoder(model.net, cfg.get("compile"))  # compile=inductor: torch.compile of the encoder
