@@ -290,12 +290,13 @@ class Encoder(nn.Module):
             raise ValueError(f"propagation_alpha must lie in [0, 1] (the teleport probability), got {propagation_alpha!r}")
         self.output_propagation, self.propagation_alpha = int(output_propagation), float(propagation_alpha)
         self.conv_kernel = int(conv_kernel)
-        # the layers with a convolution module (when conv_kernel > 0): every layer unless conv_layers names some
-        self.conv_layers = frozenset(range(depth) if conv_layers is None else _layer_indices(
-            conv_layers, depth, "conv_layers", "the layers with the convolution module; null = every layer"))
-        if conv_layers is not None and self.conv_layers and not self.conv_kernel:
+        named = None if conv_layers is None else _layer_indices(
+            conv_layers, depth, "conv_layers", "the layers with the convolution module; null = every layer")
+        if named and not self.conv_kernel:
             raise ValueError(f"conv_layers={conv_layers!r} names layers for the convolution module, but conv_kernel=0 "
                              f"(no module): set conv_kernel to an odd width, e.g. 15")
+        # the layers with a convolution module: those named (every layer when none are); none without a kernel
+        self.conv_layers = frozenset(range(depth) if named is None else named) if self.conv_kernel else frozenset()
         if isinstance(initial_residual, bool) or not 0.0 <= float(initial_residual) <= 1.0:
             raise ValueError(f"initial_residual must lie in [0, 1] (the share of the encoder's input mixed back "
                              f"after every layer), got {initial_residual!r}")
@@ -337,8 +338,8 @@ class Encoder(nn.Module):
 
     @property
     def has_conv(self) -> bool:
-        """Whether any layer has the convolution module (``conv_kernel > 0`` and ``conv_layers`` not empty)."""
-        return bool(self.conv_kernel and self.conv_layers)
+        """Whether any layer has the convolution module (``conv_layers``, empty without a ``conv_kernel``)."""
+        return bool(self.conv_layers)
 
     @property
     def plan_options(self) -> PlanOptions:

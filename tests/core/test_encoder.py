@@ -285,6 +285,8 @@ def test_conv_layers_without_a_conv_kernel_are_refused():
                                          r"conv_kernel=0"):
         Encoder(16, 2, 4, conv_layers=[0])
     assert all(layer.conv is None for layer in Encoder(16, 2, 4, conv_layers=[]).layers)  # nothing named: fine
+    plain = Encoder(16, 2, 4)  # no kernel: no layer has the module, whatever conv_layers' default
+    assert plain.conv_layers == frozenset() and not plain.has_conv
 
 
 def test_an_uneven_head_split_is_named_before_the_positional_encoding_sees_it():
