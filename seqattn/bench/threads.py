@@ -8,7 +8,11 @@ the task's busy runs). The bounded run is ``--steps`` training steps (one epoch 
 batches; a task with fewer batches per epoch trains more epochs), two validation and two test
 batches, no figures. The default, 150 steps, makes the steps (not the ~5 s of start-up) most of each
 command's time for every recipe: at 20 or 40 steps the start-up hid a 1.13-1.24x difference between the
-thread counts that 300 steps showed (docs/benchmarks.md, "Threads beside a busy process").
+thread counts that 300 steps showed (docs/benchmarks.md, "Threads beside a busy process"). ``--steps 0`` runs
+each recipe's whole default run instead (``python -m seqattn.run task=T cpu_threads=N``, figures included), and
+``--threads auto`` times the default setting itself: each run's own choice, read back from its
+``run_plan.json``, is the table's "auto picks" (``--threads auto --steps 0``: issue 20's "every recipe's default
+run beside one other busy process", two runs per task).
 
 The table has each arm's wall seconds (the whole command, start-up included), the ratios that the
 thread choice is judged by, and what ``cpu_threads=auto`` picks in each condition: the
@@ -66,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {','.join(TASKS)}")
     parser.add_argument("--threads", default="1,2", help="comma-separated cpu_threads values to time")
     parser.add_argument("--steps", type=int, default=150,
-                        help="training steps per run (the bounded run; below ~100 the start-up dominates)")
+                        help="training steps per run (the bounded run; below ~100 the start-up dominates); "
+                             "0: each recipe's whole default run")
     parser.add_argument("--busy-threads", type=int, default=2, help="threads of the busy neighbour")
     parser.add_argument("--overrides", nargs="*", default=[], help="more overrides for every run")
     parser.add_argument("--work-dir", default="outputs/bench_threads", help="run directories go here")
@@ -79,7 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bounded(steps: int) -> list[str]:
     """Overrides that make a recipe's run ``steps`` training steps: epochs of at most ``steps`` batches
-    until ``steps`` optimizer steps, 2 validation and 2 test batches, no figures."""
+    until ``steps`` optimizer steps, 2 validation and 2 test batches, no figures. ``steps == 0``: none (the
+    recipe's whole default run)."""
+    if steps == 0:
+        return []
+    if steps < 0:
+        raise ValueError(f"--steps must be >= 0 (0: the whole default run), got {steps}")
     return ["budget.steps=null", f"trainer.max_epochs={steps}", f"++trainer.max_steps={steps}",
             f"++trainer.limit_train_batches={steps}", "++trainer.limit_val_batches=2", "++trainer.limit_test_batches=2",
             "plot=false"]
@@ -143,9 +153,13 @@ def run_one(task: str, threads: str, condition: str, args: argparse.Namespace, s
         split_from = OmegaConf.load(run_dir / "config.yaml").get("cpu_threads_split_from")
     except (OSError, ValueError):
         split_from = None
+    try:  # the thread count the run itself chose (cpu_threads=auto decides at its start)
+        used = json.loads((run_dir / "run_plan.json").read_text())["threads"]["threads"]
+    except (OSError, ValueError, KeyError, TypeError):
+        used = None
     return {"task": task, "threads": threads, "condition": condition, "status": status, "wall_s": wall,
             "cpu_s": cpu, "other_load": other, "parameters": metrics.get("parameters"),
-            "split_from": split_from,
+            "split_from": split_from, "used_threads": used,
             "fit_s": metrics.get("fit_seconds"), "command": shlex.join(cmd), "error": tail}
 
 
@@ -163,10 +177,16 @@ def _load(results: list[dict[str, Any]], task: str, condition: str) -> float | N
 
 def auto_pick(results: list[dict[str, Any]], task: str, condition: str, default_threads: int,
               cpus: int) -> int | None:
-    """What ``cpu_threads=auto`` picks for ``task`` in ``condition``: the choice for its parameter count, its
-    ``cpu_threads_split_from`` (the default where the run did not say) and the other load measured in that
-    condition (None without a parameter count)."""
+    """What ``cpu_threads=auto`` picks for ``task`` in ``condition``: where ``auto`` itself was timed, the count
+    its runs chose (their ``run_plan.json``; the most common, if they differ); else the choice for its
+    parameter count, its ``cpu_threads_split_from`` (the default where the run did not say) and the other load
+    measured in that condition (None without a parameter count)."""
     from seqattn.training.threads import choose_threads
+
+    used = [r.get("used_threads") for r in results if (r["task"], r["threads"], r["condition"]) ==
+            (task, "auto", condition) and r.get("used_threads") is not None]
+    if used:
+        return statistics.mode(used)
 
     params = next((r["parameters"] for r in results if r["task"] == task and r["parameters"]), None)
     if params is None:
@@ -189,8 +209,9 @@ def format_table(results: list[dict[str, Any]], threads: list[str], default_thre
     """One row per task: wall seconds per thread count alone and busy, busy / alone per count, what auto
     picks in each condition, auto alone / torch's default alone and auto busy / auto alone."""
     default = str(default_threads)
-    head = (["task", "parameters"] + [f"{t} thr alone s" for t in threads] + [f"{t} thr busy s" for t in threads]
-            + [f"busy/alone {t} thr" for t in threads]
+    arm = {t: t if t == "auto" else f"{t} thr" for t in threads}
+    head = (["task", "parameters"] + [f"{arm[t]} alone s" for t in threads] + [f"{arm[t]} busy s" for t in threads]
+            + [f"busy/alone {arm[t]}" for t in threads]
             + ["auto picks (alone/busy)", f"auto alone / {default} thr alone", "auto busy / auto alone"])
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for task in dict.fromkeys(r["task"] for r in results):
@@ -198,8 +219,11 @@ def format_table(results: list[dict[str, Any]], threads: list[str], default_thre
         alone = {t: _wall(results, task, t, "alone") for t in threads}
         busy = {t: _wall(results, task, t, "busy") for t in threads}
         picks = {c: auto_pick(results, task, c, default_threads, cpus) for c in ("alone", "busy")}
-        auto = {c: (alone if c == "alone" else busy).get(str(picks[c])) if picks[c] is not None else None
-                for c in picks}
+        if "auto" in threads:  # timed as the default itself
+            auto = {"alone": alone["auto"], "busy": busy["auto"]}
+        else:  # the arm of the count auto would pick
+            auto = {c: (alone if c == "alone" else busy).get(str(picks[c])) if picks[c] is not None else None
+                    for c in picks}
         row = ([task, "–" if params is None else f"{params / 1e3:.1f}k"]
                + [_fmt(alone[t]) for t in threads] + [_fmt(busy[t]) for t in threads]
                + [_fmt(_ratio(busy[t], alone[t]), ".2f", "x") for t in threads]
@@ -230,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
 
     for t in threads:
         parse_setting(t)  # ValueError naming a bad value
+    bounded(args.steps)  # ValueError naming a negative --steps, before any run
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: the busy neighbour is stopped too (finally)
     command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["threads"]))
     print(f"$ {command}", flush=True)
@@ -258,8 +283,9 @@ def run(args: argparse.Namespace) -> int:
                 if busy is not None:
                     busy.stop()
     load_after = os.getloadavg()
-    caption = (f"Whole commands `python -m seqattn.run task=T cpu_threads=N {' '.join(bounded(args.steps))}"
-               f"{' ' + ' '.join(args.overrides) if args.overrides else ''}` (progress bar on), wall seconds, "
+    words = " ".join(["python -m seqattn.run task=T cpu_threads=N", *bounded(args.steps), *args.overrides])
+    whole = " (each recipe's whole default run)" if args.steps == 0 else ""
+    caption = (f"Whole commands `{words}`{whole} (progress bar on), wall seconds, "
                f"alone and beside one busy process (a {args.busy_threads}-thread matmul loop started by the bench); "
                f"torch's default here: {default_threads} threads, {cpus} CPUs.")
     write_report(args, command, [caption, "", format_table(results, threads, default_threads, cpus), "",

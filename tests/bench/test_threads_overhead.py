@@ -62,6 +62,25 @@ def test_threads_bounded_run_is_a_fixed_number_of_steps():
     assert threads.bounded(7) == ["budget.steps=null", "trainer.max_epochs=7", "++trainer.max_steps=7",
                                   "++trainer.limit_train_batches=7", "++trainer.limit_val_batches=2",
                                   "++trainer.limit_test_batches=2", "plot=false"]
+    assert threads.bounded(0) == []  # --steps 0: the recipe's whole default run, as the user types it
+    with pytest.raises(ValueError, match="-3"):
+        threads.bounded(-3)
+
+
+def test_threads_table_times_auto_itself_with_the_counts_its_runs_chose():
+    """``--threads auto``: the picks are what the runs recorded (not re-derived), the ratio is auto's own walls."""
+    results = [{**_threads_result("speech_cls", "auto", "alone", 75.8, 355_700, 0.0), "used_threads": 2},
+               {**_threads_result("speech_cls", "auto", "busy", 143.0, 355_700, 1.5), "used_threads": 1},
+               # a small network whose derived pick (1 alone) differs from what its run recorded (2)
+               {**_threads_result("image", "auto", "alone", 140.0, 101_700, 0.0), "used_threads": 2},
+               {**_threads_result("image", "auto", "busy", 0.0, 101_700, 1.5), "used_threads": 1, "status": "timeout"}]
+    header, body = _table(threads.format_table(results, ["auto"], default_threads=2, cpus=2))
+    assert header == ["task", "parameters", "auto alone s", "auto busy s", "busy/alone auto",
+                      "auto picks (alone/busy)", "auto alone / 2 thr alone", "auto busy / auto alone"]
+    speech, image = (dict(zip(header, row)) for row in body)
+    assert speech["auto picks (alone/busy)"] == "2/1" and speech["auto busy / auto alone"] == f"{143.0 / 75.8:.2f}x"
+    assert speech["auto alone / 2 thr alone"] == "–"  # the 2-thread arm was not timed
+    assert image["auto picks (alone/busy)"] == "2/1" and image["auto busy / auto alone"] == "–"
 
 
 @pytest.mark.slow
