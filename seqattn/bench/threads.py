@@ -73,6 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training steps per run (the bounded run; below ~100 the start-up dominates); "
                              "0: each recipe's whole default run")
     parser.add_argument("--busy-threads", type=int, default=2, help="threads of the busy neighbour")
+    parser.add_argument("--busy-session", choices=("same", "new"), default="same",
+                        help="the neighbour in this bench's session (the scheduler shares the CPUs per thread) or "
+                             "in a new one, as a program started from another terminal (with Linux's autogroups, "
+                             "per session)")
     parser.add_argument("--overrides", nargs="*", default=[], help="more overrides for every run")
     parser.add_argument("--work-dir", default="outputs/bench_threads", help="run directories go here")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
@@ -96,12 +100,16 @@ def bounded(steps: int) -> list[str]:
 
 
 class Busy:
-    """The busy neighbour: a subprocess running :data:`BUSY_SCRIPT` until :meth:`stop`."""
+    """The busy neighbour: a subprocess running :data:`BUSY_SCRIPT` until :meth:`stop`. ``new_session``: started
+    in a session of its own (``setsid``), as a program from another terminal is. Where the kernel groups CPU time
+    by session (Linux's ``sched_autogroup_enabled``, on here), a neighbour in another session gets at most its
+    group's share, whatever its thread count; in the same session every thread competes alone."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, new_session: bool = False) -> None:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         self.proc = subprocess.Popen([sys.executable, "-c", BUSY_SCRIPT.format(threads=threads)], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=new_session)
         time.sleep(2.0)  # torch imported, the loop running
         if self.proc.poll() is not None:
             raise RuntimeError(f"the busy process exited at once (code {self.proc.returncode})")
@@ -270,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
             if r["error"]:
                 print(r["error"], flush=True)
         for condition in ("alone", "busy"):
-            busy = Busy(args.busy_threads) if condition == "busy" else None
+            busy = Busy(args.busy_threads, new_session=args.busy_session == "new") if condition == "busy" else None
             try:
                 for t in threads:
                     r = run_one(task, t, condition, args)
@@ -286,7 +294,8 @@ def run(args: argparse.Namespace) -> int:
     words = " ".join(["python -m seqattn.run task=T cpu_threads=N", *bounded(args.steps), *args.overrides])
     whole = " (each recipe's whole default run)" if args.steps == 0 else ""
     caption = (f"Whole commands `{words}`{whole} (progress bar on), wall seconds, "
-               f"alone and beside one busy process (a {args.busy_threads}-thread matmul loop started by the bench); "
+               f"alone and beside one busy process (a {args.busy_threads}-thread matmul loop started by the bench"
+               f"{', in a session of its own' if args.busy_session == 'new' else ', in its session'}); "
                f"torch's default here: {default_threads} threads, {cpus} CPUs.")
     write_report(args, command, [caption, "", format_table(results, threads, default_threads, cpus), "",
                                  format_loads(results)], results, [], load_before, load_after)

@@ -67,6 +67,20 @@ def test_threads_bounded_run_is_a_fixed_number_of_steps():
         threads.bounded(-3)
 
 
+def test_threads_busy_neighbour_in_this_session_or_its_own():
+    """``--busy-session new`` starts the neighbour as another terminal's program would be: its own session."""
+    import os
+
+    for new_session in (False, True):
+        busy = threads.Busy(1, new_session=new_session)
+        try:
+            assert busy.proc.poll() is None  # running
+            assert (os.getsid(busy.proc.pid) != os.getsid(0)) is new_session
+        finally:
+            busy.stop()
+        assert busy.proc.returncode is not None  # stopped
+
+
 def test_threads_table_times_auto_itself_with_the_counts_its_runs_chose():
     """``--threads auto``: the picks are what the runs recorded (not re-derived), the ratio is auto's own walls."""
     results = [{**_threads_result("speech_cls", "auto", "alone", 75.8, 355_700, 0.0), "used_threads": 2},
