@@ -12,7 +12,7 @@ thread counts that 300 steps showed (docs/benchmarks.md, "Threads beside a busy 
 each recipe's whole default run instead (``python -m seqattn.run task=T cpu_threads=N``, figures included), and
 ``--threads auto`` times the default setting itself: each run's own choice, read back from its
 ``run_plan.json``, is the table's "auto picks" (``--threads auto --steps 0``: issue 20's "every recipe's default
-run beside one other busy process", two runs per task).
+run beside one other busy process", two timed runs per task after the warm-up).
 
 The table has each arm's wall seconds (the whole command, start-up included), the ratios that the
 thread choice is judged by, and what ``cpu_threads=auto`` picks in each condition: the
