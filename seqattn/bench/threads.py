@@ -260,9 +260,12 @@ def run(args: argparse.Namespace) -> int:
     threads = [t.strip() for t in args.threads.split(",") if t.strip()]
     from seqattn.training.threads import parse_setting
 
-    for t in threads:
-        parse_setting(t)  # ValueError naming a bad value
-    bounded(args.steps)  # ValueError naming a negative --steps, before any run
+    try:  # before any run: a bad --threads value or a negative --steps, named without a traceback
+        for t in threads:
+            parse_setting(t)
+        bounded(args.steps)
+    except ValueError as err:
+        raise SystemExit(f"python -m seqattn.bench threads: error: {err}") from None
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: the busy neighbour is stopped too (finally)
     command = "python -m seqattn.bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["threads"]))
     print(f"$ {command}", flush=True)

@@ -65,6 +65,12 @@ def test_threads_bounded_run_is_a_fixed_number_of_steps():
     assert threads.bounded(0) == []  # --steps 0: the recipe's whole default run, as the user types it
     with pytest.raises(ValueError, match="-3"):
         threads.bounded(-3)
+    # the command refuses both before any run, naming the value (a message, not a traceback)
+    for bad, named in ((["--steps", "-3"], "got -3"), (["--threads", "x"], "got 'x'")):
+        args = threads.argparse.ArgumentParser()
+        threads.add_arguments(args)
+        with pytest.raises(SystemExit, match=named):
+            threads.run(args.parse_args(["--tasks", "social", *bad]))
 
 
 def test_threads_busy_neighbour_in_this_session_or_its_own():
